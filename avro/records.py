@@ -1,0 +1,455 @@
+"""Frozen dataclasses mirroring the ``.avsc`` contract, with explicit ``to_avro``/``from_avro``.
+
+No I/O here. Field names and order match the schemas; ``tests/unit/avro/test_records.py`` fails
+when a dataclass and its ``.avsc`` drift apart. Enums are ``str`` enums whose values are the Avro
+symbols. ``event_time`` is a timezone-aware UTC ``datetime`` (Avro ``timestamp-millis``);
+``event_id`` is a ``str`` UUID (Avro ``uuid`` logical type).
+
+Deterministic ids: :func:`derived_id` is the one way to make the id of a derived event (a Reward
+from a rollout, a TrainingSample from a rollout...), so a redelivery produces the same id and the
+consumer drops it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import os
+import socket
+import typing
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, ClassVar, TypeVar
+
+NAMESPACE = "streamgrpo.events"
+_ID_NAMESPACE = uuid.UUID("6f1c1d2e-6a7b-4a53-9a58-3d8e5e0c7f10")
+
+E = TypeVar("E", bound="Event")
+
+
+def derived_id(kind: str, *parts: object) -> str:
+    """Deterministic UUID (v5) of a derived event from its kind and inputs."""
+    return str(uuid.uuid5(_ID_NAMESPACE, kind + "|" + "|".join(str(p) for p in parts)))
+
+
+def now_utc() -> datetime:
+    # Avro timestamp-millis keeps milliseconds; truncate so round-trips compare equal.
+    t = datetime.now(timezone.utc)
+    return t.replace(microsecond=(t.microsecond // 1000) * 1000)
+
+
+class ParseStatus(str, enum.Enum):
+    STRICT = "STRICT"
+    REPAIRED = "REPAIRED"
+    FAILED = "FAILED"
+
+
+class Decision(str, enum.Enum):
+    CONTINUE = "CONTINUE"
+    STOP = "STOP"
+
+
+class RolloutStatus(str, enum.Enum):
+    ANSWERED = "ANSWERED"
+    MAX_TURNS = "MAX_TURNS"
+    ERROR = "ERROR"
+
+
+class RewardStatus(str, enum.Enum):
+    OK = "OK"
+    ERROR = "ERROR"
+
+
+class GroupStatus(str, enum.Enum):
+    COMPLETE = "COMPLETE"
+    TIMED_OUT = "TIMED_OUT"
+
+
+class AvroRecord:
+    """Mixin: conversion to and from the plain dicts fastavro reads and writes."""
+
+    SCHEMA_NAME: ClassVar[str]
+
+    def to_avro(self) -> dict[str, Any]:
+        return {f.name: _to_avro(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_avro(cls: type[Any], data: dict[str, Any]) -> Any:
+        hints = _hints(cls)
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.name in data:
+                kwargs[f.name] = _from_avro(hints[f.name], data[f.name])
+        return cls(**kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _to_avro(value: Any) -> Any:
+    if isinstance(value, AvroRecord):
+        return value.to_avro()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_to_avro(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_avro(v) for k, v in value.items()}
+    return value
+
+
+def _from_avro(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        inner = [a for a in args if a is not type(None)]
+        return _from_avro(inner[0], value)
+    if origin in (list, tuple):
+        return tuple(_from_avro(args[0], v) for v in value) if origin is tuple else [
+            _from_avro(args[0], v) for v in value
+        ]
+    if origin is dict:
+        return {k: _from_avro(args[1], v) for k, v in value.items()}
+    if isinstance(tp, type):
+        if issubclass(tp, AvroRecord):
+            return tp.from_avro(value)
+        if issubclass(tp, enum.Enum):
+            return tp(value)
+        if tp is str and isinstance(value, uuid.UUID):
+            return str(value)
+        if tp is datetime and isinstance(value, datetime):
+            return value.astimezone(timezone.utc)
+    return value
+
+
+@dataclass(frozen=True)
+class Producer(AvroRecord):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.Producer"
+    service: str
+    instance: str
+
+    @classmethod
+    def here(cls, service: str) -> Producer:
+        return cls(service=service, instance=f"{socket.gethostname()}:{os.getpid()}")
+
+
+@dataclass(frozen=True)
+class Envelope(AvroRecord):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.Envelope"
+    event_id: str
+    event_time: datetime
+    producer: Producer
+    task_id: str | None = None
+    group_id: str | None = None
+    rollout_id: str | None = None
+    turn: int | None = None
+
+    @classmethod
+    def new(
+        cls,
+        service: str,
+        *,
+        event_id: str | None = None,
+        task_id: str | None = None,
+        group_id: str | None = None,
+        rollout_id: str | None = None,
+        turn: int | None = None,
+    ) -> Envelope:
+        return cls(
+            event_id=event_id or str(uuid.uuid4()),
+            event_time=now_utc(),
+            producer=Producer.here(service),
+            task_id=task_id,
+            group_id=group_id,
+            rollout_id=rollout_id,
+            turn=turn,
+        )
+
+
+class Event(AvroRecord):
+    """A top-level event: has an envelope and lives on a topic."""
+
+    envelope: Envelope
+
+    @property
+    def event_id(self) -> str:
+        return self.envelope.event_id
+
+
+@dataclass(frozen=True)
+class Task(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.Task"
+    envelope: Envelope
+    question: str
+    source: str
+    group_size: int
+    ground_truths: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SamplingParams(AvroRecord):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.SamplingParams"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 96
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class RolloutRequest(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.RolloutRequest"
+    envelope: Envelope
+    question: str
+    source: str
+    rollout_index: int
+    group_size: int
+    adapter_name: str
+    adapter_version: int
+    max_turns: int
+    sampling: SamplingParams
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlannerAction(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.PlannerAction"
+    envelope: Envelope
+    prompt_token_ids: list[int]
+    action_text: str
+    action_token_ids: list[int]
+    behaviour_logprobs: list[float]
+    adapter_name: str
+    adapter_version: int
+    sampling: SamplingParams
+    parse_status: ParseStatus
+    prompt_hash: str
+    latency_ms: int
+    tool: str | None = None
+    is_final: bool = False
+
+
+@dataclass(frozen=True)
+class ToolObservation(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.ToolObservation"
+    envelope: Envelope
+    tool: str
+    command: str
+    output: str
+    duration_ms: int
+    executor_mode: str
+    truncated: bool = False
+    error: str | None = None
+    prompt_hash: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.Verdict"
+    envelope: Envelope
+    decision: Decision
+    analysis: str
+    verifier_mode: str
+    prompt_hash: str = ""
+
+
+@dataclass(frozen=True)
+class RolloutCompleted(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.RolloutCompleted"
+    envelope: Envelope
+    question: str
+    source: str
+    final_answer: str
+    turns: int
+    status: RolloutStatus
+    group_size: int
+    adapter_name: str
+    adapter_version: int
+    duration_ms: int
+    error: str | None = None
+    tool_calls: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RewardComponent(AvroRecord):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.RewardComponent"
+    name: str
+    value: float
+    weight: float
+
+
+@dataclass(frozen=True)
+class JudgeInfo(AvroRecord):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.JudgeInfo"
+    name: str
+    rubric_hash: str
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Reward(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.Reward"
+    envelope: Envelope
+    score: float
+    status: RewardStatus
+    judge: JudgeInfo
+    group_size: int
+    adapter_name: str
+    adapter_version: int
+    turns: int
+    rollout_status: RolloutStatus
+    error: str | None = None
+    components: list[RewardComponent] = field(default_factory=list)
+    cached: bool = False
+    tool_calls: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupClosed(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.GroupClosed"
+    envelope: Envelope
+    status: GroupStatus
+    expected: int
+    received: int
+    reward_mean: float
+    reward_std: float
+    estimator: str
+    trains: bool
+    reason: str
+    adapter_version: int
+    missing_rollout_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SampleTurn(AvroRecord):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.SampleTurn"
+    turn: int
+    prompt_token_ids: list[int]
+    action_token_ids: list[int]
+    behaviour_logprobs: list[float]
+
+
+@dataclass(frozen=True)
+class TrainingSample(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.TrainingSample"
+    envelope: Envelope
+    turns: list[SampleTurn]
+    advantage: float
+    reward: float
+    group_mean: float
+    group_std: float
+    group_size: int
+    estimator: str
+    adapter_name: str
+    behaviour_version: int
+
+
+@dataclass(frozen=True)
+class OffsetRange(AvroRecord):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.OffsetRange"
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class AdapterPublished(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.AdapterPublished"
+    envelope: Envelope
+    adapter_name: str
+    version: int
+    uri: str
+    sha256: str
+    base_model: str
+    trainer_step: int
+    lineage: list[OffsetRange]
+    parent_version: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AdapterPromoted(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.AdapterPromoted"
+    envelope: Envelope
+    adapter_name: str
+    version: int
+    previous_version: int
+    reason: str
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AdapterRolledBack(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.AdapterRolledBack"
+    envelope: Envelope
+    adapter_name: str
+    version: int
+    restored_version: int
+    reason: str
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RewardMetrics(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.RewardMetrics"
+    envelope: Envelope
+    adapter_name: str
+    adapter_version: int
+    window_start: datetime
+    window_end: datetime
+    count: int
+    mean_reward: float
+    success_rate: float
+    mean_turns: float
+    tool_calls: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeadLetter(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.DeadLetter"
+    envelope: Envelope
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    reason_code: str
+    reason: str
+    consumer: str
+    key: bytes | None = None
+    value: bytes | None = None
+
+
+#: Every top-level event type, by Avro full name.
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.SCHEMA_NAME: cls
+    for cls in (
+        Task,
+        RolloutRequest,
+        PlannerAction,
+        ToolObservation,
+        Verdict,
+        RolloutCompleted,
+        Reward,
+        GroupClosed,
+        TrainingSample,
+        AdapterPublished,
+        AdapterPromoted,
+        AdapterRolledBack,
+        RewardMetrics,
+        DeadLetter,
+    )
+}
+#: Every record type (events and nested records), by Avro full name.
+RECORD_TYPES: dict[str, type[AvroRecord]] = {
+    **EVENT_TYPES,
+    **{
+        c.SCHEMA_NAME: c
+        for c in (Producer, Envelope, SamplingParams, RewardComponent, JudgeInfo, SampleTurn, OffsetRange)
+    },
+}

@@ -1,0 +1,147 @@
+"""Layered configuration: defaults < TOML file < environment < command line.
+
+Every process builds ONE typed settings object from a pydantic model (``extra="forbid"``, a
+description on every field, bounds with ``Field(ge=...)``, secrets as ``SecretStr``). This is the
+only module that reads ``os.environ``.
+
+Layers:
+- TOML: the file named by ``--config`` or ``STREAMGRPO_CONFIG``; the model's section (e.g.
+  ``[kafka]``, ``[trainer]``) is used.
+- Environment: ``STREAMGRPO_<SECTION>__<FIELD>`` (e.g. ``STREAMGRPO_KAFKA__BOOTSTRAP``), plus the
+  short aliases in :data:`ENV_ALIASES` (``STREAMGRPO_BOOTSTRAP``).
+- Command line: keyword overrides whose value is not ``None``.
+
+What is not covered: hot reload. A process reads its settings once at start.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from streamgrpo.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+ENV_PREFIX = "STREAMGRPO_"
+#: Short environment names kept for convenience: alias -> (section, field).
+ENV_ALIASES: dict[str, tuple[str, str]] = {
+    "STREAMGRPO_BOOTSTRAP": ("kafka", "bootstrap"),
+    "STREAMGRPO_SCHEMA_REGISTRY": ("kafka", "schema_registry_url"),
+}
+
+
+class StrictModel(BaseModel):
+    """Base of every settings model: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class KafkaSettings(StrictModel):
+    """How to reach Kafka. Shared by every service."""
+
+    bootstrap: str | None = Field(
+        None,
+        description="host:port list of the brokers. Unset: the embedded broker started by `streamgrpo broker up`.",
+    )
+    schema_registry_url: str | None = Field(
+        None,
+        description="Confluent Schema Registry URL. Set: events use the registry wire format; "
+        "unset: Avro single-object encoding (schema fingerprint in every record).",
+    )
+    security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.")
+    sasl_mechanism: str | None = Field(None, description="SASL mechanism (PLAIN, SCRAM-SHA-512...).")
+    sasl_username: str | None = Field(None, description="SASL user name.")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
+    topic_prefix: str = Field("", description="Prefix added to every topic name (isolates runs sharing a cluster).")
+    client_id: str = Field("streamgrpo", description="Kafka client.id prefix.")
+
+
+class BrokerSettings(StrictModel):
+    """The embedded Tansu broker (development and tests only: memory storage, not durable)."""
+
+    home: Path = Field(
+        Path.home() / ".streamgrpo",
+        description="State directory: broker pid/port file, model cache, adapter store, reports.",
+    )
+    port: int | None = Field(None, ge=1, le=65535, description="Port to listen on; unset picks a free port.")
+    start_timeout_s: float = Field(30.0, gt=0, description="How long `broker up` waits for metadata answers.")
+
+
+def _env_layer(section: str, environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    prefix = f"{ENV_PREFIX}{section.upper()}__"
+    for key, value in environ.items():
+        if key.startswith(prefix):
+            out[key[len(prefix):].lower()] = value
+    for alias, (sec, fld) in ENV_ALIASES.items():
+        if sec == section and alias in environ and fld not in out:
+            out[fld] = environ[alias]
+    return out
+
+
+def _toml_layer(section: str, path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass an existing TOML file to --config")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    value = data.get(section, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"config file {path}: [{section}] must be a table")
+    return value
+
+
+def load(
+    model: type[M],
+    section: str,
+    *,
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> M:
+    """Build ``model`` from defaults < TOML ``[section]`` < env < ``overrides`` (``None`` values skipped).
+
+    Raises :class:`ConfigError` naming every bad setting and where it came from.
+    """
+    env = os.environ if environ is None else environ
+    merged: dict[str, Any] = {}
+    file = path or env.get(f"{ENV_PREFIX}CONFIG")
+    merged.update(_toml_layer(section, Path(file) if file else None))
+    merged.update(_env_layer(section, env))
+    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return model.model_validate(merged)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{section}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(
+            f"invalid settings ({problems}). Fix them in the TOML file, the "
+            f"{ENV_PREFIX}{section.upper()}__<FIELD> environment variables or the command-line options."
+        ) from exc
+
+
+def describe(model: type[BaseModel], section: str) -> str:
+    """Human-readable list of a model's settings with their env names, for --help epilogs and docs."""
+    lines = []
+    for name, info in model.model_fields.items():
+        default = info.default if info.default is not None else "unset"
+        lines.append(
+            f"  {section}.{name} (env {ENV_PREFIX}{section.upper()}__{name.upper()}, default {default}): "
+            f"{info.description}"
+        )
+    return "\n".join(lines)
+
+
+def env_flag(name: str) -> str | None:
+    """Read one raw environment variable (used by the test fixtures and the CLI for STREAMGRPO_* switches)."""
+    return os.environ.get(name)

@@ -1,0 +1,94 @@
+"""The topic catalog: every topic of ARCHITECTURE.md in one declarative place.
+
+A :class:`TopicSpec` says how a topic is created (partitions, replication, retention, cleanup
+policy), how its records are keyed (``key_field``: a dotted path into the event) and which event
+types it carries. ``streamgrpo topics ensure`` creates missing topics and reports drift;
+``k8s/base/topics/`` holds the same specs as Strimzi ``KafkaTopic`` resources, generated from here
+(``streamgrpo topics k8s``) and drift-tested.
+
+Partition counts are sized for the embedded broker and a small cluster; raise them with
+``[topics] partitions_scale`` in production (partitions can grow, never shrink).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamgrpo.avro.records import Event
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """How one topic is created and what it carries."""
+
+    name: str
+    partitions: int
+    key_field: str  # dotted path into the event, e.g. "envelope.group_id"
+    event_types: tuple[str, ...]  # Avro full names the topic carries
+    retention_ms: int = 7 * DAY_MS  # -1 = forever
+    cleanup_policy: str = "delete"
+    replication: int = 1
+    doc: str = ""
+    extra_config: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def config(self) -> dict[str, str]:
+        """Broker-side topic configuration."""
+        cfg = {"cleanup.policy": self.cleanup_policy, "retention.ms": str(self.retention_ms)}
+        cfg.update(dict(self.extra_config))
+        return cfg
+
+    def key_of(self, event: Event) -> str:
+        """The record key of ``event`` on this topic (``key_field`` resolved on the event)."""
+        value: Any = event
+        for part in self.key_field.split("."):
+            value = getattr(value, part)
+        if value is None:
+            raise ValueError(f"{type(event).__name__} has no {self.key_field}; it cannot be keyed on {self.name}")
+        return str(value)
+
+
+def _ev(*names: str) -> tuple[str, ...]:
+    return tuple(f"streamgrpo.events.{n}" for n in names)
+
+
+TOPICS: tuple[TopicSpec, ...] = (
+    TopicSpec("tasks", 3, "envelope.task_id", _ev("Task"), 30 * DAY_MS,
+              doc="Tasks from upstream services; the judge also reads ground truth here."),
+    TopicSpec("rollout-requests", 3, "envelope.group_id", _ev("RolloutRequest"),
+              doc="One request per rollout; the whole group shares one adapter version."),
+    TopicSpec("planner-actions", 3, "envelope.group_id", _ev("PlannerAction"),
+              doc="Planner decisions with token ids and behaviour logprobs."),
+    TopicSpec("tool-observations", 3, "envelope.group_id", _ev("ToolObservation"), doc="Tool calls and results."),
+    TopicSpec("verdicts", 3, "envelope.group_id", _ev("Verdict"), doc="Verifier stop/continue decisions."),
+    TopicSpec("rollouts", 3, "envelope.group_id", _ev("RolloutCompleted"), doc="One completion per rollout."),
+    TopicSpec("rewards", 3, "envelope.group_id", _ev("Reward"), doc="Judge scores with provenance."),
+    TopicSpec("groups", 3, "envelope.group_id", _ev("GroupClosed"), doc="Closed advantage windows."),
+    TopicSpec("training-samples", 3, "envelope.group_id", _ev("TrainingSample"),
+              doc="One sample per trained rollout: every planner turn + its trajectory advantage."),
+    TopicSpec("adapter-events", 1, "adapter_name", _ev("AdapterPublished", "AdapterPromoted", "AdapterRolledBack"),
+              retention_ms=-1, doc="Adapter lifecycle; kept forever (the audit trail of what served what)."),
+    TopicSpec("reward-metrics", 1, "adapter_name", _ev("RewardMetrics"), 30 * DAY_MS,
+              doc="Reward statistics per adapter version and tumbling window."),
+    TopicSpec("dead-letters", 1, "source_topic", _ev("DeadLetter"), 30 * DAY_MS,
+              doc="Records a consumer could not process, with the reason."),
+)
+
+CATALOG: dict[str, TopicSpec] = {t.name: t for t in TOPICS}
+
+
+def spec(name: str) -> TopicSpec:
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise KeyError(f"unknown topic {name!r}; known topics: {', '.join(CATALOG)}") from None
+
+
+def topic_for(event: Event) -> TopicSpec:
+    """The one topic an event type belongs to."""
+    for t in TOPICS:
+        if event.SCHEMA_NAME in t.event_types:
+            return t
+    raise KeyError(f"no topic carries {event.SCHEMA_NAME}")
