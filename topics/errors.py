@@ -1,0 +1,21 @@
+"""Errors of the Kafka side: broker, topics, producing and consuming."""
+
+from __future__ import annotations
+
+from streamgrpo.errors import StreamGRPOError
+
+
+class TopicsError(StreamGRPOError):
+    """Base of Kafka-side errors."""
+
+
+class BrokerError(TopicsError):
+    """The embedded broker could not be started, found or stopped."""
+
+
+class ProduceError(TopicsError):
+    """One or more records were not acknowledged by the broker (nothing is dropped silently)."""
+
+
+class TopicDriftError(TopicsError):
+    """An existing topic's configuration differs from the catalog."""
