@@ -50,19 +50,31 @@ class Codec:
         self._registry: Any = None
         self._ids: dict[tuple[str, str], int] = {}
         self._writers: dict[int, Any] = {}
+        self._extra: dict[bytes, registry.SchemaVersion] = {}
         if schema_registry_url:
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
             # `new_client` returns the in-memory MockSchemaRegistryClient for mock:// URLs.
             self._registry = SchemaRegistryClient.new_client({"url": schema_registry_url, **(registry_config or {})})
 
+    def register_writer(self, schema: dict[str, Any], release: str = "external") -> bytes:
+        """Teach this codec an extra writer schema (e.g. a producer's older or newer version).
+
+        Returns its fingerprint. Its events decode by resolution to the current reader schema.
+        """
+        parsed = parse_schema(schema)
+        sv = registry.SchemaVersion(parsed["name"], release, parsed, registry.fingerprint_of(parsed))
+        self._extra[sv.fingerprint] = sv
+        return sv.fingerprint
+
     @property
     def uses_registry(self) -> bool:
         return self._registry is not None
 
     # -- encode ---------------------------------------------------------------------------------
-    def encode(self, event: Event, topic: str | None = None) -> bytes:
-        sv = registry.get(event.SCHEMA_NAME)
+    def encode(self, event: Event, topic: str | None = None, writer: registry.SchemaVersion | None = None) -> bytes:
+        """Encode with the current schema (or ``writer``, an older/registered version, for tests and tools)."""
+        sv = writer or registry.get(event.SCHEMA_NAME)
         out = io.BytesIO()
         if self._registry is not None:
             out.write(CONFLUENT_MAGIC + struct.pack(">I", self._schema_id(sv, topic or "events")))
@@ -110,7 +122,7 @@ class Codec:
         if data[:2] == SINGLE_OBJECT_MAGIC:
             if len(data) < 10:
                 raise DecodeError("truncated single-object header")
-            sv = registry.by_fingerprint().get(data[2:10])
+            sv = registry.by_fingerprint().get(data[2:10]) or self._extra.get(data[2:10])
             if sv is None:
                 raise DecodeError(
                     f"unknown schema fingerprint {data[2:10].hex()}: written by a schema version this "

@@ -91,6 +91,8 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _to_avro(value: Any) -> Any:
+    if isinstance(value, list) and (not value or isinstance(value[0], _PLAIN)):
+        return value  # fast path: token ids, logprobs (fastavro only reads them)
     if isinstance(value, AvroRecord):
         return value.to_avro()
     if isinstance(value, enum.Enum):
@@ -102,6 +104,9 @@ def _to_avro(value: Any) -> Any:
     return value
 
 
+_PLAIN = (int, float, str, bool, bytes)
+
+
 def _from_avro(tp: Any, value: Any) -> Any:
     if value is None:
         return None
@@ -110,11 +115,13 @@ def _from_avro(tp: Any, value: Any) -> Any:
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         inner = [a for a in args if a is not type(None)]
         return _from_avro(inner[0], value)
-    if origin in (list, tuple):
-        return tuple(_from_avro(args[0], v) for v in value) if origin is tuple else [
-            _from_avro(args[0], v) for v in value
-        ]
+    if origin is list:
+        if args[0] in _PLAIN:
+            return list(value)  # fast path: token ids, logprobs, answers
+        return [_from_avro(args[0], v) for v in value]
     if origin is dict:
+        if args[1] in _PLAIN:
+            return dict(value)
         return {k: _from_avro(args[1], v) for k, v in value.items()}
     if isinstance(tp, type):
         if issubclass(tp, AvroRecord):

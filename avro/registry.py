@@ -38,7 +38,8 @@ class SchemaVersion:
         return self.fingerprint.hex()
 
 
-def _fingerprint(parsed: Any) -> bytes:
+def fingerprint_of(parsed: Any) -> bytes:
+    """8-byte little-endian CRC-64-AVRO fingerprint of a parsed schema (single-object encoding)."""
     value = int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16)
     return struct.pack("<Q", value)
 
@@ -48,7 +49,7 @@ def _load_dir(directory: Path, release: str) -> dict[str, SchemaVersion]:
     for path in sorted(directory.glob(f"{NAMESPACE}.*.avsc")):
         name = path.name[: -len(".avsc")]
         parsed = load_schema(str(path))
-        out[name] = SchemaVersion(name, release, parsed, _fingerprint(parsed))
+        out[name] = SchemaVersion(name, release, parsed, fingerprint_of(parsed))
     return out
 
 

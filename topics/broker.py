@@ -92,7 +92,8 @@ def answers_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000)})
+    # log_level 0: the refused connections while Tansu is still starting are expected, not news.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000), "log_level": 0})
     try:
         admin.list_topics(timeout=timeout_s)
         return True

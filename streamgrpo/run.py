@@ -1,0 +1,301 @@
+"""``streamgrpo run``: the whole loop on one machine, as supervised child processes.
+
+Brings up the embedded broker (unless ``--bootstrap`` names one), ensures topics, starts the
+stream processors, the judge, rollout worker(s) and the trainer as child processes of this one,
+submits the built-in task set (or ``--tasks FILE``), and shows a live progress line built from
+the events themselves (tasks done, mean reward per adapter version, trainer step, loss, adapters
+published and picked up). A child that dies is restarted (with backoff) and the run says so.
+It stops after ``--duration`` or on Ctrl-C, shuts every child down (SIGTERM, then SIGKILL after a
+grace period) and writes a report directory: ``summary.json``, ``summary.md``, and
+``reward_per_version.png``.
+
+What is not covered: multi-machine deployment (see k8s/); durability of the embedded broker
+(memory only: a run's events live as long as the run, the report and adapter store remain).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from streamgrpo.progress import Progress, RunTracker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    log_path: Path | None = None
+    history: list[str] = field(default_factory=list)
+
+    def start(self, env: dict[str, str], log_dir: Path) -> None:
+        self.log_path = log_dir / f"{self.name}.log"
+        fh = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
+        self.proc = subprocess.Popen(self.argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        fh.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float) -> None:
+        if not self.alive():
+            return
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def restart_delay(restarts: int) -> float:
+    """Backoff before the n-th restart: 1, 2, 4 ... capped at 30 s (never a tight crash loop)."""
+    return float(min(30, 2 ** max(0, restarts - 1)))
+
+
+class Supervisor:
+    """Starts children, restarts the ones that die, stops them all."""
+
+    def __init__(self, children: list[Child], env: dict[str, str], log_dir: Path, echo: Any = click.echo):
+        self.children = children
+        self.env = env
+        self.log_dir = log_dir
+        self.echo = echo
+
+    def start_all(self) -> None:
+        for c in self.children:
+            c.start(self.env, self.log_dir)
+
+    def check(self) -> list[str]:
+        """Restart dead children (after their backoff). Returns messages for the progress display."""
+        messages = []
+        now = time.monotonic()
+        for c in self.children:
+            if c.alive() or c.proc is None:
+                continue
+            if c.next_start == 0.0:
+                c.restarts += 1
+                c.next_start = now + restart_delay(c.restarts)
+                msg = (f"{c.name} exited with code {c.proc.returncode}; restarting in "
+                       f"{restart_delay(c.restarts):.0f}s (restart #{c.restarts}, log {c.log_path})")
+                c.history.append(msg)
+                messages.append(msg)
+            elif now >= c.next_start:
+                c.next_start = 0.0
+                c.start(self.env, self.log_dir)
+                messages.append(f"{c.name} restarted")
+        return messages
+
+    def stop_all(self, grace_s: float = 20.0) -> None:
+        for c in reversed(self.children):  # trainer first, streams last
+            c.stop(grace_s)
+
+
+def _children(cfg: RunSettings, exe: list[str]) -> list[Child]:
+    kids = [Child("streams", exe + ["streams"]), Child("judge", exe + ["judge"])]
+    kids += [Child(f"rollout-{i}", exe + ["rollout"]) for i in range(cfg.rollout_workers)]
+    kids.append(Child("trainer", exe + ["trainer"]))
+    return kids
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    duration_s: float
+    rollout_workers: int
+    home: Path
+    tasks: str
+    group_size: int
+    limit: int | None
+    bootstrap: str | None
+    config_path: str | None
+
+
+def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
+    """The run's TOML: the user's file (if any) with the run's paths added where unset."""
+    import tomllib
+
+    base: dict[str, Any] = {}
+    if cfg.config_path:
+        base = tomllib.loads(Path(cfg.config_path).read_text())
+    merged = merge_run_defaults(base, run_dir=run_dir, home=cfg.home)
+    path = run_dir / "streamgrpo.toml"
+    path.write_text(to_toml(merged))
+    return path
+
+
+#: Settings the run fills in (section -> key -> value template) unless the user's file sets them.
+RUN_DEFAULTS: dict[str, dict[str, str]] = {}
+
+
+def merge_run_defaults(base: dict[str, Any], *, run_dir: Path, home: Path) -> dict[str, Any]:
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for section, values in RUN_DEFAULTS.items():
+        sec = merged.setdefault(section, {})
+        for key, template in values.items():
+            sec.setdefault(key, template.format(run_dir=run_dir, home=home))
+    return merged
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """A TOML writer for the flat tables streamgrpo uses (scalars and lists of scalars)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(str(v))
+
+    lines = [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for section, table in data.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{section}]"] + [f"{k} = {value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def execute(cfg: RunSettings) -> Path:
+    """Run the loop; returns the report directory."""
+    from streamgrpo.topics.admin import ensure
+    from streamgrpo.topics.broker import EmbeddedBroker
+
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = cfg.home / "runs" / run_id
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    broker = None
+    bootstrap = cfg.bootstrap
+    if bootstrap is None:
+        broker = EmbeddedBroker(run_dir)
+        bootstrap = broker.start().bootstrap
+        click.echo(f"embedded broker up on {bootstrap} (memory storage; log {run_dir / 'run' / 'broker.log'})")
+    from streamgrpo.config import KafkaSettings
+
+    kafka = KafkaSettings(bootstrap=bootstrap)
+    try:
+        report = ensure(kafka)
+        click.echo(f"topics: {len(report.created)} created, {len(report.ok)} ok")
+        config_file = _write_config(cfg, run_dir)
+        env = dict(os.environ, STREAMGRPO_BOOTSTRAP=bootstrap, STREAMGRPO_CONFIG=str(config_file),
+                   PYTHONUNBUFFERED="1")
+        sup = Supervisor(_children(cfg, [sys.executable, "-m", "streamgrpo.cli"]), env, run_dir / "logs")
+        sup.start_all()
+        click.echo(f"started {', '.join(c.name for c in sup.children)} (logs in {run_dir / 'logs'})")
+        tracker = RunTracker(kafka)
+        tracker.start()
+        n = _submit(cfg, kafka)
+        click.echo(f"submitted {n} task(s) x group size {cfg.group_size}")
+        _watch(sup, tracker, cfg.duration_s)
+    finally:
+        click.echo("\nstopping children ...")
+        if "sup" in locals():
+            sup.stop_all()
+        if "tracker" in locals():
+            tracker.stop()
+        report_dir = run_dir / "report"
+        if "tracker" in locals():
+            write_report(tracker.progress, report_dir, sup.children if "sup" in locals() else [])
+            click.echo(f"report: {report_dir}")
+        if broker is not None:
+            broker.stop()
+    return report_dir
+
+
+def _submit(cfg: RunSettings, kafka: Any) -> int:
+    from streamgrpo.topics.cli import _rows
+    from streamgrpo.topics.producer import EventProducer
+    from streamgrpo.topics.sdk import publish_rows
+
+    with EventProducer(kafka, "submit") as producer:
+        report = publish_rows(_rows(cfg.tasks, None, "auto"), producer, group_size=cfg.group_size,
+                              skip_invalid=True, limit=cfg.limit)
+    return report.published
+
+
+def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float) -> None:
+    deadline = time.monotonic() + duration_s
+    stop = threading.Event()
+
+    def _sigterm(*_: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        while time.monotonic() < deadline and not stop.is_set():
+            for msg in sup.check():
+                click.echo(f"\n[supervisor] {msg}")
+                tracker.progress.notes.append(msg)
+            remaining = deadline - time.monotonic()
+            line = tracker.progress.line()
+            click.echo(f"\r{line} | {remaining:4.0f}s left ", nl=False)
+            stop.wait(2.0)
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted")
+
+
+def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
+    """summary.json, summary.md and the reward-per-version plot."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary = progress.summary()
+    summary["restarts"] = {c.name: c.restarts for c in children}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    plot = out / "reward_per_version.png"
+    progress.plot(plot)
+    lines = ["# streamgrpo run report", "", f"![reward per adapter version]({plot.name})", ""]
+    lines += [f"- {k}: {v}" for k, v in summary.items() if not isinstance(v, (dict, list))]
+    lines += ["", "| adapter version | rewards | mean reward | success rate |", "|---|---|---|---|"]
+    for v, s in sorted(summary["per_version"].items(), key=lambda kv: int(kv[0])):
+        lines.append(f"| v{v} | {s['count']} | {s['mean_reward']:.3f} | {s['success_rate']:.3f} |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+@click.command()
+@click.option("--duration", type=float, default=600, show_default=True, help="Seconds to run before stopping.")
+@click.option("--tasks", default="builtin", show_default=True,
+              help="Task file (JSONL/CSV/Parquet) or `builtin` for the built-in offline set.")
+@click.option("--group-size", "-n", type=click.IntRange(2, 64), default=4, show_default=True, help="GRPO group size N.")
+@click.option("--limit", type=int, default=None, help="Submit at most this many tasks.")
+@click.option("--rollout-workers", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Rollout worker processes (each loads the model).")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="State directory for runs, adapters and the model cache (default ~/.streamgrpo).")
+@click.option("--bootstrap", default=None, help="Use this Kafka instead of starting the embedded broker.")
+@click.pass_context
+def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit: int | None, rollout_workers: int,
+        home: Path | None, bootstrap: str | None) -> None:
+    """Run the whole training loop locally and write a report.
+
+    Starts (as supervised child processes): the stream processors, the judge, rollout worker(s)
+    and the trainer; submits the tasks; prints a live progress line; stops after --duration or
+    Ctrl-C; writes <home>/runs/<id>/report/ with a reward-per-version plot and a summary.
+    Children's logs are in <home>/runs/<id>/logs/. Settings for every service come from --config
+    (sections [rollout], [judge], [streams], [trainer]); the run adds its own paths.
+    """
+    from streamgrpo import config
+    from streamgrpo.config import BrokerSettings
+
+    broker = config.load(BrokerSettings, "broker", path=(ctx.obj or {}).get("config_path"),
+                         overrides={"home": home})
+    cfg = RunSettings(duration, rollout_workers, broker.home, tasks, group_size, limit, bootstrap,
+                      (ctx.obj or {}).get("config_path"))
+    execute(cfg)

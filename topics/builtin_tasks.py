@@ -1,0 +1,368 @@
+"""The built-in offline task set and its fact corpus (no network, no model hub, no randomness).
+
+:func:`builtin_corpus` is an "archive" of passages: a FICTIONAL part (kingdoms, cities, inventors
+with founding years, populations, birth years and inventions; names built from syllables, so a
+model cannot know the answers without searching) plus a short REAL part (well-known historical
+events by year, e.g. 144 AD: Marcion of Sinope excommunicated by the church of Rome), so that the
+seed question "Calculate 12 squared, and then find a major historical event in that year" has an
+answer in the corpus.
+
+:func:`builtin_tasks` derives >= 200 tasks with ground truth from it, in four kinds:
+
+- ``arithmetic``: needs the calculator ("What is 347 * 29?");
+- ``lookup``: one search in the archive ("In which year was the Kingdom of Valdoria founded?");
+- ``two_step``: compute a number, then look up the fact keyed by it, or look up a number and then
+  compute with it;
+- ``history``: compute a year, then find the real event of that year.
+
+Everything is a pure function of constants: values come from sha256 of fixed keys (no
+``random``), so the set and every ``metadata["row_id"]`` are identical across runs, machines and
+Python versions. Fictional years and populations are unique across the whole corpus, so each
+question has exactly one right answer.
+
+This module is part of the light producer SDK: standard library only (no torch/faust/transformers).
+What is not covered: paraphrased questions, multilingual tasks, answers that need reasoning beyond
+one or two tool calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from streamgrpo.topics.datasets import TaskRow
+
+SOURCE = "builtin"
+N_KINGDOMS = 60
+N_INVENTORS = 50
+N_ARITHMETIC = 80
+
+_ONSETS = ("Val", "Kor", "Mir", "Thal", "Bren", "Ost", "Cal", "Dun", "Eld", "Fen", "Gal", "Hal", "Isk", "Jor",
+           "Lum", "Mor", "Nor", "Pel", "Quar", "Ros", "Sar", "Tor", "Ul", "Vey", "Wyn", "Zar")
+_MIDDLES = ("a", "e", "i", "o", "u", "ae", "io")
+_CODAS = ("doria", "mark", "wyn", "heim", "lund", "gard", "vel", "stead", "mere", "fell", "holt", "rath")
+_TOWN_END = ("port", "ford", "bridge", "haven", "burg", "field", "crest", "moor", "wick", "ton")
+_GIVEN = ("Ada", "Bram", "Cora", "Dario", "Elin", "Faro", "Greta", "Hugo", "Ines", "Jasper", "Kira", "Lev",
+          "Mara", "Nils", "Orla", "Pavel", "Rhea", "Soren", "Tova", "Ulric", "Vera", "Wim", "Yara", "Zeno")
+_ADJ = ("brass", "copper", "glass", "clockwork", "steam", "crystal", "silver", "iron", "tidal", "lunar")
+_DEVICE = ("hygrometer", "loom", "compass", "lantern", "astrolabe", "pump", "telescope", "kiln", "press",
+           "sextant", "metronome", "barometer")
+
+#: Real events (year AD, text, the key phrase a correct answer contains). Only well-established facts.
+HISTORY: tuple[tuple[int, str, str], ...] = (
+    (64, "The Great Fire of Rome burned for six days during the reign of the emperor Nero.",
+     "Great Fire of Rome"),
+    (79, "Mount Vesuvius erupted and buried the Roman towns of Pompeii and Herculaneum.",
+     "Vesuvius"),
+    (80, "The Colosseum (Flavian Amphitheatre) in Rome was inaugurated by the emperor Titus.",
+     "Colosseum"),
+    (81, "The emperor Titus died and his brother Domitian became Roman emperor.",
+     "Domitian"),
+    (117, "The emperor Trajan died and Hadrian became Roman emperor; the empire was at its greatest extent.",
+     "Hadrian"),
+    (121, "Marcus Aurelius, later Roman emperor and Stoic philosopher, was born in Rome.",
+     "Marcus Aurelius"),
+    (122, "Construction of Hadrian's Wall in northern Britain began.",
+     "Hadrian's Wall"),
+    (144, "Marcion of Sinope was excommunicated by the church of Rome and founded his own church, Marcionism.",
+     "Marcion"),
+    (169, "The co-emperor Lucius Verus died, leaving Marcus Aurelius as sole Roman emperor.",
+     "Lucius Verus"),
+    (180, "Marcus Aurelius died and his son Commodus became sole Roman emperor.",
+     "Commodus"),
+    (212, "The emperor Caracalla's Constitutio Antoniniana granted Roman citizenship to all free men of the empire.",
+     "Constitutio Antoniniana"),
+    (313, "The Edict of Milan granted religious toleration to Christians in the Roman Empire.",
+     "Edict of Milan"),
+    (325, "The First Council of Nicaea was convened by the emperor Constantine.",
+     "Council of Nicaea"),
+    (330, "Constantinople was dedicated as the new capital of the Roman Empire.",
+     "Constantinople"),
+    (410, "Rome was sacked by the Visigoths under Alaric.",
+     "Alaric"),
+    (476, "Odoacer deposed Romulus Augustulus, ending the Western Roman Empire.",
+     "Odoacer"),
+    (622, "Muhammad migrated from Mecca to Medina (the Hijra), year one of the Islamic calendar.",
+     "Hijra"),
+    (800, "Charlemagne was crowned Emperor of the Romans by Pope Leo III on Christmas Day.",
+     "Charlemagne"),
+    (1054, "The East-West Schism divided the Catholic and Eastern Orthodox churches.",
+     "Schism"),
+    (1066, "William the Conqueror won the Battle of Hastings and the Norman conquest of England began.",
+     "Hastings"),
+    (1096, "The First Crusade began.",
+     "First Crusade"),
+    (1215, "King John of England sealed Magna Carta at Runnymede.",
+     "Magna Carta"),
+    (1453, "Constantinople fell to the Ottoman Empire under Mehmed II.",
+     "Constantinople"),
+    (1492, "Christopher Columbus reached the Americas.",
+     "Columbus"),
+    (1517, "Martin Luther published his Ninety-five Theses, starting the Protestant Reformation.",
+     "Ninety-five Theses"),
+    (1521, "The Aztec capital Tenochtitlan fell to Hernan Cortes and his allies.",
+     "Tenochtitlan"),
+    (1588, "The Spanish Armada was defeated by the English fleet.",
+     "Armada"),
+    (1600, "Tokugawa Ieyasu won the Battle of Sekigahara in Japan.",
+     "Sekigahara"),
+    (1610, "Galileo Galilei published Sidereus Nuncius, his telescope observations.",
+     "Sidereus Nuncius"),
+    (1620, "The Mayflower carried the Pilgrims to Plymouth in North America.",
+     "Mayflower"),
+    (1648, "The Peace of Westphalia ended the Thirty Years' War.",
+     "Peace of Westphalia"),
+    (1666, "The Great Fire of London destroyed much of the city.",
+     "Great Fire of London"),
+    (1687, "Isaac Newton published the Principia Mathematica.",
+     "Principia"),
+    (1707, "The Acts of Union joined England and Scotland into the Kingdom of Great Britain.",
+     "Acts of Union"),
+    (1776, "The United States Declaration of Independence was adopted.",
+     "Declaration of Independence"),
+    (1789, "The storming of the Bastille began the French Revolution.",
+     "Bastille"),
+    (1815, "Napoleon was defeated at the Battle of Waterloo.",
+     "Waterloo"),
+    (1859, "Charles Darwin published On the Origin of Species.",
+     "Origin of Species"),
+    (1861, "The American Civil War began.",
+     "American Civil War"),
+    (1869, "The Suez Canal was opened.",
+     "Suez Canal"),
+    (1871, "The German Empire was proclaimed at Versailles.",
+     "German Empire"),
+    (1903, "The Wright brothers made the first powered aeroplane flight.",
+     "Wright brothers"),
+    (1912, "The RMS Titanic sank on its maiden voyage.",
+     "Titanic"),
+    (1914, "The First World War began.",
+     "First World War"),
+    (1929, "The Wall Street Crash began the Great Depression.",
+     "Wall Street Crash"),
+    (1945, "The Second World War ended.",
+     "Second World War"),
+    (1957, "The Soviet Union launched Sputnik 1, the first artificial satellite.",
+     "Sputnik"),
+    (1961, "Yuri Gagarin became the first human in space.",
+     "Gagarin"),
+    (1969, "Apollo 11 landed the first humans on the Moon.",
+     "Apollo 11"),
+    (1989, "The Berlin Wall fell.",
+     "Berlin Wall"),
+    (1990, "Germany was reunified.",
+     "Germany"),
+    (1991, "The Soviet Union was dissolved.",
+     "Soviet Union"),
+)
+
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One passage of a searchable corpus."""
+
+    id: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class _Kingdom:
+    name: str
+    year: int
+    founder: str
+    capital: str
+    population: int
+
+
+@dataclass(frozen=True)
+class _Inventor:
+    name: str
+    year: int
+    invention: str
+    town: str
+
+
+def _h(*key: object) -> int:
+    """Deterministic 64-bit value of ``key`` (sha256; identical on every run and platform)."""
+    return int.from_bytes(hashlib.sha256("|".join(map(str, key)).encode()).digest()[:8], "big")
+
+
+def _pick(seq: tuple[str, ...], *key: object) -> str:
+    return seq[_h(*key) % len(seq)]
+
+
+def _unique(make: Iterator[object], used: set[object], n: int) -> list[object]:
+    out: list[object] = []
+    for value in make:
+        if value not in used:
+            used.add(value)
+            out.append(value)
+            if len(out) == n:
+                break
+    return out
+
+
+def _stream(kind: str, fn: object) -> Iterator[object]:
+    i = 0
+    while True:
+        yield fn(kind, i)  # type: ignore[operator]
+        i += 1
+
+
+def _place(kind: str, i: int) -> str:
+    return _pick(_ONSETS, kind, i, 0) + _pick(_MIDDLES, kind, i, 1) + _pick(_CODAS, kind, i, 2)
+
+
+def _town(kind: str, i: int) -> str:
+    return _pick(_ONSETS, kind, i, 0) + _pick(_MIDDLES, kind, i, 1) + _pick(_TOWN_END, kind, i, 2)
+
+
+def _person(kind: str, i: int) -> str:
+    return _pick(_GIVEN, kind, i, 0) + " " + _place(kind + "-surname", i)
+
+
+def _year(kind: str, i: int) -> int:
+    return 1000 + _h(kind, "year", i) % 2000
+
+
+def _population(kind: str, i: int) -> int:
+    return 10_000 + _h(kind, "pop", i) % 990_000
+
+
+def _invention(kind: str, i: int) -> str:
+    return f"{_pick(_ADJ, kind, i, 0)} {_pick(_DEVICE, kind, i, 1)}"
+
+
+@lru_cache(maxsize=1)
+def _world() -> tuple[tuple[_Kingdom, ...], tuple[_Inventor, ...]]:
+    names: set[object] = set()
+    years: set[object] = {year for year, _, _ in HISTORY}  # fictional years never collide with real ones
+    kingdoms = _unique(_stream("kingdom", _place), names, N_KINGDOMS)
+    capitals = _unique(_stream("capital", _town), names, N_KINGDOMS)
+    founders = _unique(_stream("founder", _person), names, N_KINGDOMS)
+    k_years = _unique(_stream("kingdom", _year), years, N_KINGDOMS)
+    pops = _unique(_stream("capital", _population), set(), N_KINGDOMS)
+    inventors = _unique(_stream("inventor", _person), names, N_INVENTORS)
+    inventions = _unique(_stream("invention", _invention), set(), N_INVENTORS)
+    towns = _unique(_stream("birthplace", _town), names, N_INVENTORS)
+    i_years = _unique(_stream("inventor", _year), years, N_INVENTORS)
+    ks = tuple(_Kingdom(*v) for v in zip(kingdoms, k_years, founders, capitals, pops))  # type: ignore[arg-type]
+    inv = tuple(_Inventor(*v) for v in zip(inventors, i_years, inventions, towns))  # type: ignore[arg-type]
+    return ks, inv
+
+
+def builtin_corpus() -> list[Passage]:
+    """The archive: fictional kingdoms and inventors, then real historical events by year."""
+    kingdoms, inventors = _world()
+    out = [
+        Passage(f"kingdom-{i:03d}", f"Kingdom of {k.name}",
+                f"The Kingdom of {k.name} was founded in the year {k.year} by {k.founder}. "
+                f"Its capital is {k.capital}, a city with a population of {k.population}.")
+        for i, k in enumerate(kingdoms)
+    ]
+    out += [
+        Passage(f"inventor-{i:03d}", p.name,
+                f"{p.name} was born in {p.town} in the year {p.year} and invented the {p.invention}.")
+        for i, p in enumerate(inventors)
+    ]
+    out += [Passage(f"history-{year:04d}", f"Events of the year {year} AD", f"In the year {year} AD: {text}")
+            for year, text, _ in HISTORY]
+    return out
+
+
+def _row(kind: str, i: int, question: str, answers: list[str], difficulty: str, **extra: str) -> TaskRow:
+    meta = {"kind": kind, "difficulty": difficulty, "row_id": f"builtin-{kind}-{i:04d}", **extra}
+    return TaskRow(question=question, ground_truths=answers, source=SOURCE, metadata=meta)
+
+
+def _express(n: int, *key: object) -> str:
+    """An arithmetic instruction whose result is ``n`` (a square when possible, else a product or sum)."""
+    root = round(n**0.5)
+    if root * root == n:
+        return f"Compute {root} squared."
+    factors = [a for a in range(11, 100) if n % a == 0 and 11 <= n // a <= 999]
+    if factors:
+        a = factors[_h(*key, "f") % len(factors)]
+        return f"Compute {a} * {n // a}."
+    a = 100 + _h(*key, "s") % max(1, n - 200) if n > 300 else n // 2
+    return f"Compute {a} + {n - a}."
+
+
+def _arithmetic() -> list[TaskRow]:
+    rows = []
+    templates = (
+        ("easy", lambda a, b, c: (f"What is {a} * {b}?", a * b)),
+        ("easy", lambda a, b, c: (f"What is {a * 37 + b} + {c * 113}?", a * 37 + b + c * 113)),
+        ("medium", lambda a, b, c: (f"What is {a} * {b} - {c}?", a * b - c)),
+        ("medium", lambda a, b, c: (f"What is {b} squared plus {c}?", b * b + c)),
+        ("hard", lambda a, b, c: (f"What is ({a} + {c}) * ({b} - 7)?", (a + c) * (b - 7))),
+        ("hard", lambda a, b, c: (f"What is the integer part of {a * b * 10 + c} divided by {b}?",
+                                  (a * b * 10 + c) // b)),
+    )
+    for i in range(N_ARITHMETIC):
+        a, b, c = 101 + _h("ar", i, "a") % 899, 12 + _h("ar", i, "b") % 88, 10 + _h("ar", i, "c") % 990
+        difficulty, make = templates[i % len(templates)]
+        question, answer = make(a, b, c)
+        rows.append(_row("arithmetic", i, question, [str(answer)], difficulty))
+    return rows
+
+
+def _lookups() -> list[TaskRow]:
+    kingdoms, inventors = _world()
+    rows = []
+    for i, k in enumerate(kingdoms):
+        if i % 3 == 0:
+            q, a = f"According to the archive, in which year was the Kingdom of {k.name} founded?", str(k.year)
+        elif i % 3 == 1:
+            q, a = f"According to the archive, what is the capital of the Kingdom of {k.name}?", k.capital
+        else:
+            q, a = f"According to the archive, who founded the Kingdom of {k.name}?", k.founder
+        rows.append(_row("lookup", len(rows), q, [a], "easy"))
+    for p in inventors:
+        if len(rows) % 2:
+            q, a = f"According to the archive, who invented the {p.invention}?", p.name
+        else:
+            q, a = f"According to the archive, in which town was {p.name} born?", p.town
+        rows.append(_row("lookup", len(rows), q, [a], "easy"))
+    return rows
+
+
+def _two_step() -> list[TaskRow]:
+    kingdoms, inventors = _world()
+    rows = []
+    for i, k in enumerate(kingdoms):
+        if i % 2 == 0:
+            q = f"{_express(k.year, 'k', i)} Which kingdom was founded in that year according to the archive?"
+            rows.append(_row("two_step", len(rows), q, [k.name], "medium"))
+        else:
+            add = 10 + _h("add", i) % 90
+            q = (f"Look up the population of {k.capital}, the capital of the Kingdom of {k.name}, "
+                 f"and add {add} to it. What is the result?")
+            rows.append(_row("two_step", len(rows), q, [str(k.population + add)], "hard"))
+    for i, p in enumerate(inventors):
+        q = f"{_express(p.year, 'i', i)} Which inventor was born in that year according to the archive?"
+        rows.append(_row("two_step", len(rows), q, [p.name], "medium"))
+    return rows
+
+
+def _history() -> list[TaskRow]:
+    rows = [_row("history", 0, "Calculate 12 squared, and then find a major historical event in that year.",
+                 ["Marcion"], "medium", year="144")]
+    for year, _, answer in HISTORY:
+        q = f"{_express(year, 'h', year)} What major historical event happened in that year (AD)?"
+        rows.append(_row("history", len(rows), q, [answer], "medium", year=str(year)))
+    return rows
+
+
+@lru_cache(maxsize=1)
+def _all_tasks() -> tuple[TaskRow, ...]:
+    return tuple(_arithmetic() + _lookups() + _two_step() + _history())
+
+
+def builtin_tasks() -> list[TaskRow]:
+    """All built-in tasks, in a fixed order (arithmetic, lookup, two_step, history); fresh copies."""
+    return [replace(r, ground_truths=list(r.ground_truths), metadata=dict(r.metadata)) for r in _all_tasks()]
