@@ -1,0 +1,101 @@
+"""The CLI as a user runs it: real processes, real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamgrpo.config import KafkaSettings
+from streamgrpo.topics.consumer import read_topic
+
+pytestmark = pytest.mark.broker
+
+
+def cli(kafka: KafkaSettings, *args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, STREAMGRPO_BOOTSTRAP=kafka.bootstrap or "", STREAMGRPO_KAFKA__TOPIC_PREFIX=kafka.topic_prefix)
+    if home is not None:
+        env["STREAMGRPO_BROKER__HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "streamgrpo.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_submit_builtin_then_tail(kafka_ns: KafkaSettings) -> None:
+    proc = cli(kafka_ns, "submit", "builtin", "--group-size", "4", "--limit", "30")
+    assert proc.returncode == 0, proc.stderr
+    assert "published 30 task(s), rejected 0 row(s)" in proc.stdout
+    tasks = [r.event for r in read_topic(kafka_ns, "tasks")]
+    assert len(tasks) == 30 and all(t.group_size == 4 and t.ground_truths for t in tasks)
+    proc = cli(kafka_ns, "tail", "tasks", "--from-beginning", "--limit", "5")
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(lines) == 5
+    assert all(line["type"] == "Task" and line["event"]["question"] for line in lines)
+
+
+def test_submit_rejects_bad_rows_with_row_numbers_and_publishes_nothing(kafka_ns: KafkaSettings, tmp_path: Path) -> None:
+    f = tmp_path / "tasks.jsonl"
+    f.write_text(
+        json.dumps({"question": "What is 2+2?", "answer": "4"}) + "\n"
+        + json.dumps({"answer": "5"}) + "\n"  # row 2: no question
+        + "{not json\n"  # row 3: broken line
+        + json.dumps({"question": "Capital of France?", "ground_truths": ["Paris"]}) + "\n"
+    )
+    proc = cli(kafka_ns, "submit", str(f))
+    assert proc.returncode != 0
+    assert "row 2" in proc.stderr and "question" in proc.stderr
+    assert "row 3" in proc.stderr
+    assert "nothing was published" in proc.stderr
+    assert read_topic(kafka_ns, "tasks") == []
+
+    proc = cli(kafka_ns, "submit", str(f), "--skip-invalid")
+    assert proc.returncode == 0, proc.stderr
+    assert "published 2 task(s), rejected 2 row(s)" in proc.stdout
+    report = [json.loads(line) for line in (tmp_path / "tasks.jsonl.rejected.jsonl").read_text().splitlines()]
+    assert [r["row"] for r in report] == [2, 3]
+    assert sorted(r.event.question for r in read_topic(kafka_ns, "tasks")) == ["Capital of France?", "What is 2+2?"]
+
+
+def test_submit_deepmath_and_nq_parquet(kafka_ns: KafkaSettings, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"question": ["Compute $\\frac{1}{2}+\\frac{1}{4}$."], "final_answer": ["\\frac{3}{4}"],
+                             "difficulty": [2.5], "topic": ["Algebra"]}), tmp_path / "dm.parquet")
+    pq.write_table(pa.table({"id": ["nq-1"], "question": ["who wrote hamlet"],
+                             "golden_answers": [["William Shakespeare", "Shakespeare"]]}), tmp_path / "nq.parquet")
+    assert cli(kafka_ns, "submit", str(tmp_path / "dm.parquet"), "--kind", "deepmath").returncode == 0
+    assert cli(kafka_ns, "submit", str(tmp_path / "nq.parquet"), "--kind", "nq").returncode == 0
+    by_source = {t.source: t for t in (r.event for r in read_topic(kafka_ns, "tasks"))}
+    assert by_source["deepmath"].ground_truths == ["\\frac{3}{4}"]
+    assert by_source["nq"].ground_truths == ["William Shakespeare", "Shakespeare"]
+
+
+def test_broker_up_status_down(tmp_path: Path) -> None:
+    kafka = KafkaSettings()
+    up = cli(kafka, "broker", "up", home=tmp_path)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "broker started: bootstrap 127.0.0.1:" in up.stdout
+        again = cli(kafka, "broker", "up", home=tmp_path)
+        assert "already running" in again.stdout
+        status = cli(kafka, "broker", "status", home=tmp_path)
+        assert status.returncode == 0 and ": up" in status.stdout
+    finally:
+        down = cli(kafka, "broker", "down", home=tmp_path)
+    assert down.returncode == 0 and "stopped" in down.stdout
+    status = cli(kafka, "broker", "status", home=tmp_path)
+    assert status.returncode == 1
+
+
+def test_commands_without_a_broker_say_what_to_do(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGRPO")}
+    env["STREAMGRPO_BROKER__HOME"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "streamgrpo.cli", "topics", "list"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "streamgrpo broker up" in proc.stderr and "--bootstrap" in proc.stderr
