@@ -62,7 +62,7 @@ class Codec:
 
         Returns its fingerprint. Its events decode by resolution to the current reader schema.
         """
-        parsed = parse_schema(schema)
+        parsed: dict[str, Any] = parse_schema(schema)  # type: ignore[assignment]
         sv = registry.SchemaVersion(parsed["name"], release, parsed, registry.fingerprint_of(parsed))
         self._extra[sv.fingerprint] = sv
         return sv.fingerprint
@@ -140,8 +140,8 @@ class Codec:
                     schema = self._registry.get_schema(schema_id)
                 except SchemaRegistryError as exc:
                     raise DecodeError(f"schema id {schema_id} not found in the registry: {exc}") from exc
-                parsed = parse_schema(json.loads(schema.schema_str))
-                self._writers[schema_id] = (parsed["name"], parsed)
+                writer: dict[str, Any] = parse_schema(json.loads(schema.schema_str))  # type: ignore[assignment]
+                self._writers[schema_id] = (writer["name"], writer)
             name, parsed = self._writers[schema_id]
             return name, parsed, data[5:]
         raise DecodeError(

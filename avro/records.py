@@ -77,7 +77,7 @@ class AvroRecord:
 
     @classmethod
     def from_avro(cls: type[Any], data: dict[str, Any]) -> Any:
-        hints = _hints(cls)
+        hints = _hints(cls)  # type: ignore[arg-type]
         kwargs = {}
         for f in dataclasses.fields(cls):
             if f.name in data:
@@ -85,8 +85,8 @@ class AvroRecord:
         return cls(**kwargs)
 
 
-@functools.lru_cache(maxsize=None)
-def _hints(cls: type) -> dict[str, Any]:
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 

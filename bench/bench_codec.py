@@ -65,7 +65,7 @@ def main(n: int = 2000) -> dict[str, object]:
     a, j = codec.decode(avro_bytes[0]), _json_decode(json_bytes[0])
     # Avro stores logprobs as float32 (4 bytes; |error| < 1e-6 at these magnitudes), JSON as decimal text.
     assert a.prompt_token_ids == j.prompt_token_ids and a.action_token_ids == j.action_token_ids
-    assert max(abs(x - y) for x, y in zip(a.behaviour_logprobs, j.behaviour_logprobs)) < 1e-6
+    assert max(abs(x - y) for x, y in zip(a.behaviour_logprobs, j.behaviour_logprobs, strict=True)) < 1e-6
     result = {
         "bench": "codec",
         "event": "PlannerAction(512 prompt + 128 action tokens + 128 logprobs)",

@@ -17,11 +17,11 @@ What is not covered: hot reload. A process reads its settings once at start.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from streamgrpo.errors import ConfigError
@@ -46,31 +46,31 @@ class KafkaSettings(StrictModel):
     """How to reach Kafka. Shared by every service."""
 
     bootstrap: str | None = Field(
-        None,
+        default=None,
         description="host:port list of the brokers. Unset: the embedded broker started by `streamgrpo broker up`.",
     )
     schema_registry_url: str | None = Field(
-        None,
+        default=None,
         description="Confluent Schema Registry URL. Set: events use the registry wire format; "
         "unset: Avro single-object encoding (schema fingerprint in every record).",
     )
-    security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.")
-    sasl_mechanism: str | None = Field(None, description="SASL mechanism (PLAIN, SCRAM-SHA-512...).")
-    sasl_username: str | None = Field(None, description="SASL user name.")
-    sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
-    topic_prefix: str = Field("", description="Prefix added to every topic name (isolates runs sharing a cluster).")
-    client_id: str = Field("streamgrpo", description="Kafka client.id prefix.")
+    security_protocol: str = Field(default="PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.")
+    sasl_mechanism: str | None = Field(default=None, description="SASL mechanism (PLAIN, SCRAM-SHA-512...).")
+    sasl_username: str | None = Field(default=None, description="SASL user name.")
+    sasl_password: SecretStr | None = Field(default=None, description="SASL password (never logged).")
+    topic_prefix: str = Field(default="", description="Prefix added to every topic name (isolates runs sharing a cluster).")
+    client_id: str = Field(default="streamgrpo", description="Kafka client.id prefix.")
 
 
 class BrokerSettings(StrictModel):
     """The embedded Tansu broker (development and tests only: memory storage, not durable)."""
 
     home: Path = Field(
-        Path.home() / ".streamgrpo",
+        default=Path.home() / ".streamgrpo",
         description="State directory: broker pid/port file, model cache, adapter store, reports.",
     )
-    port: int | None = Field(None, ge=1, le=65535, description="Port to listen on; unset picks a free port.")
-    start_timeout_s: float = Field(30.0, gt=0, description="How long `broker up` waits for metadata answers.")
+    port: int | None = Field(default=None, ge=1, le=65535, description="Port to listen on; unset picks a free port.")
+    start_timeout_s: float = Field(default=30.0, gt=0, description="How long `broker up` waits for metadata answers.")
 
 
 def _env_layer(section: str, environ: Mapping[str, str]) -> dict[str, Any]:

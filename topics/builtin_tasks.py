@@ -28,12 +28,14 @@ one or two tool calls.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TypeVar
 
 from streamgrpo.topics.datasets import TaskRow
 
+T = TypeVar("T")
 SOURCE = "builtin"
 N_KINGDOMS = 60
 N_INVENTORS = 50
@@ -195,22 +197,17 @@ def _pick(seq: tuple[str, ...], *key: object) -> str:
     return seq[_h(*key) % len(seq)]
 
 
-def _unique(make: Iterator[object], used: set[object], n: int) -> list[object]:
-    out: list[object] = []
-    for value in make:
+def _unique(make: Callable[[str, int], T], kind: str, used: set[object], n: int) -> list[T]:
+    """The first ``n`` values of ``make(kind, 0), make(kind, 1), ...`` not already in ``used``."""
+    out: list[T] = []
+    i = 0
+    while len(out) < n:
+        value = make(kind, i)
+        i += 1
         if value not in used:
             used.add(value)
             out.append(value)
-            if len(out) == n:
-                break
     return out
-
-
-def _stream(kind: str, fn: object) -> Iterator[object]:
-    i = 0
-    while True:
-        yield fn(kind, i)  # type: ignore[operator]
-        i += 1
 
 
 def _place(kind: str, i: int) -> str:
@@ -241,17 +238,17 @@ def _invention(kind: str, i: int) -> str:
 def _world() -> tuple[tuple[_Kingdom, ...], tuple[_Inventor, ...]]:
     names: set[object] = set()
     years: set[object] = {year for year, _, _ in HISTORY}  # fictional years never collide with real ones
-    kingdoms = _unique(_stream("kingdom", _place), names, N_KINGDOMS)
-    capitals = _unique(_stream("capital", _town), names, N_KINGDOMS)
-    founders = _unique(_stream("founder", _person), names, N_KINGDOMS)
-    k_years = _unique(_stream("kingdom", _year), years, N_KINGDOMS)
-    pops = _unique(_stream("capital", _population), set(), N_KINGDOMS)
-    inventors = _unique(_stream("inventor", _person), names, N_INVENTORS)
-    inventions = _unique(_stream("invention", _invention), set(), N_INVENTORS)
-    towns = _unique(_stream("birthplace", _town), names, N_INVENTORS)
-    i_years = _unique(_stream("inventor", _year), years, N_INVENTORS)
-    ks = tuple(_Kingdom(*v) for v in zip(kingdoms, k_years, founders, capitals, pops))  # type: ignore[arg-type]
-    inv = tuple(_Inventor(*v) for v in zip(inventors, i_years, inventions, towns))  # type: ignore[arg-type]
+    kingdoms = _unique(_place, "kingdom", names, N_KINGDOMS)
+    capitals = _unique(_town, "capital", names, N_KINGDOMS)
+    founders = _unique(_person, "founder", names, N_KINGDOMS)
+    k_years = _unique(_year, "kingdom", years, N_KINGDOMS)
+    pops = _unique(_population, "capital", set(), N_KINGDOMS)
+    inventors = _unique(_person, "inventor", names, N_INVENTORS)
+    inventions = _unique(_invention, "invention", set(), N_INVENTORS)
+    towns = _unique(_town, "birthplace", names, N_INVENTORS)
+    i_years = _unique(_year, "inventor", years, N_INVENTORS)
+    ks = tuple(_Kingdom(*v) for v in zip(kingdoms, k_years, founders, capitals, pops, strict=True))
+    inv = tuple(_Inventor(*v) for v in zip(inventors, i_years, inventions, towns, strict=True))
     return ks, inv
 
 
@@ -293,7 +290,7 @@ def _express(n: int, *key: object) -> str:
 
 
 def _arithmetic() -> list[TaskRow]:
-    rows = []
+    rows: list[TaskRow] = []
     templates = (
         ("easy", lambda a, b, c: (f"What is {a} * {b}?", a * b)),
         ("easy", lambda a, b, c: (f"What is {a * 37 + b} + {c * 113}?", a * 37 + b + c * 113)),
@@ -313,7 +310,7 @@ def _arithmetic() -> list[TaskRow]:
 
 def _lookups() -> list[TaskRow]:
     kingdoms, inventors = _world()
-    rows = []
+    rows: list[TaskRow] = []
     for i, k in enumerate(kingdoms):
         if i % 3 == 0:
             q, a = f"According to the archive, in which year was the Kingdom of {k.name} founded?", str(k.year)
@@ -333,7 +330,7 @@ def _lookups() -> list[TaskRow]:
 
 def _two_step() -> list[TaskRow]:
     kingdoms, inventors = _world()
-    rows = []
+    rows: list[TaskRow] = []
     for i, k in enumerate(kingdoms):
         if i % 2 == 0:
             q = f"{_express(k.year, 'k', i)} Which kingdom was founded in that year according to the archive?"

@@ -272,13 +272,14 @@ def iter_topic(
             if msg.error():
                 continue
             event, _, reason = decode_record(codec, topic, msg.value())
-            yield Received(event, topic, msg.partition(), msg.offset(), msg.key(), msg.value() or b"",
+            partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+            yield Received(event, topic, partition, offset, msg.key(), msg.value() or b"",
                            msg.timestamp()[1], error=reason)
             count += 1
             if limit is not None and count >= limit:
                 return
-            if not follow and msg.offset() + 1 >= ends[msg.partition()]:
-                done.add(msg.partition())
+            if not follow and offset + 1 >= ends[partition]:
+                done.add(partition)
     finally:
         consumer.close()
 

@@ -1,0 +1,115 @@
+"""Run every benchmark and write BENCHMARKS.md.
+
+Each benchmark is a script in this folder that prints ONE JSON line; it runs in its own process
+(`python bench/<script> [args]`), so the command written next to each figure reproduces it.
+Every figure is compared with a baseline measured in the same run (JSON codec, one-by-one
+generation, librdkafka consumer, TRL's GRPOTrainer).
+
+    python bench/run_all.py                 # all
+    python bench/run_all.py codec broker    # a subset
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+
+#: name -> (script + args, title)
+BENCHES: dict[str, tuple[list[str], str]] = {
+    "codec": (["bench_codec.py", "2000"], "Avro codec vs JSON"),
+    "broker": (["bench_broker.py", "20000"], "Embedded broker: produce / consume per client"),
+    "streams": (["bench_streams.py"], "Advantage window: rewards/s and last-reward -> samples latency"),
+    "generation": (["bench_generation.py"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
+    "rollout": (["bench_rollout.py"], "Rollout worker throughput on the built-in tasks"),
+    "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
+}
+
+
+def run_one(name: str) -> dict[str, object]:
+    args, _ = BENCHES[name]
+    cmd = [sys.executable, str(HERE / args[0]), *args[1:]]
+    t = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(HERE)))
+    took = time.time() - t
+    command = "python bench/" + " ".join(args)
+    if proc.returncode != 0:
+        return {"bench": name, "error": proc.stderr[-2000:], "command": command, "seconds": took}
+    last = [line for line in proc.stdout.splitlines() if line.startswith("{")][-1]
+    result = json.loads(last)
+    result["command"] = command
+    result["seconds"] = round(took, 1)
+    return result
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, (dict, list)):
+        return "`" + json.dumps(v)[:300] + "`"
+    return str(v)
+
+
+def render(results: list[dict[str, object]]) -> str:
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` (`python bench/run_all.py`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"Machine: {os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}, no GPU.",
+        "Each section names the command that produced it; baselines were measured in the same run.",
+        "Numbers on a shared 2-core machine vary by ±20% between runs; compare within a section.",
+        "",
+    ]
+    for r in results:
+        name = str(r.get("bench"))
+        title = BENCHES.get(name, ([], name))[1]
+        lines += [f"## {title}", "", f"Command: `{r.get('command')}` ({r.get('seconds')} s)", ""]
+        if "error" in r:
+            lines += ["**Failed in this run:**", "", "```", str(r["error"]).strip(), "```", ""]
+            continue
+        lines += ["| metric | value |", "|---|---|"]
+        for k, v in r.items():
+            if k in ("bench", "command", "seconds", "notes", "table"):
+                continue
+            lines.append(f"| {k} | {_fmt(v)} |")
+        if "table" in r:
+            lines += ["", str(r["table"])]
+        if "notes" in r:
+            lines += ["", str(r["notes"])]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHES)
+    results = []
+    for name in names:
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        results.append(run_one(name))
+        print(f"[bench] {name}: {'FAILED' if 'error' in results[-1] else 'ok'}", file=sys.stderr, flush=True)
+    out = ROOT / "BENCHMARKS.md"
+    if argv and out.exists():  # a subset: keep the other sections from the previous run
+        previous = _load_previous(out)
+        done = {r["bench"] for r in results}
+        results = [r for r in previous if r.get("bench") not in done] + results
+        results.sort(key=lambda r: list(BENCHES).index(r["bench"]) if r.get("bench") in BENCHES else 99)
+    out.write_text(render(results))
+    (ROOT / "bench" / "results.json").write_text(json.dumps(results, indent=1))
+    print(f"wrote {out}", file=sys.stderr)
+    return 0 if all("error" not in r for r in results) else 1
+
+
+def _load_previous(out: Path) -> list[dict[str, object]]:
+    raw = ROOT / "bench" / "results.json"
+    return json.loads(raw.read_text()) if raw.exists() else []
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,87 @@
+"""Settings of the agent's tools (section ``[tools]``, sub-tables per tool).
+
+Example TOML::
+
+    [tools]
+    enabled = ["calculator", "python", "knowledge_search"]
+    max_output_chars = 2000
+
+    [tools.sandbox]
+    cpu_seconds = 5
+    memory_mb = 512
+
+    [tools.knowledge]
+    corpus_path = "/data/passages.parquet"
+
+Environment overrides work for the flat fields (``STREAMGRPO_TOOLS__MAX_OUTPUT_CHARS``); the
+sub-tables are set in TOML or by building the models in code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from streamgrpo.config import StrictModel
+
+
+class SandboxSettings(StrictModel):
+    """Limits of the python sandbox child process (see python_sandbox.py for what they cover)."""
+
+    cpu_seconds: int = Field(default=5, ge=1, le=600, description="RLIMIT_CPU: CPU seconds before SIGXCPU (SIGKILL 1 s later).")
+    wall_seconds: float = Field(default=10.0, gt=0, le=900, description="Wall-clock limit; the whole process group is killed.")
+    memory_mb: int = Field(default=512, ge=64, le=65536, description="RLIMIT_AS: address-space limit in MiB.")
+    file_size_mb: int = Field(default=16, ge=1, le=4096, description="RLIMIT_FSIZE: largest file the code may write, MiB.")
+    max_open_files: int = Field(default=64, ge=16, le=4096, description="RLIMIT_NOFILE: open file descriptors.")
+    max_processes: int = Field(
+        default=16, ge=1, le=4096,
+        description="RLIMIT_NPROC (only enforced for a non-root uid; process creation is also blocked by the audit hook).",
+    )
+    capture_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024, description="Bytes of stdout/stderr kept each; the rest is drained and dropped.")
+    isolate_network: bool = Field(default=True, description="Try unshare(CLONE_NEWNET) in the child (skipped silently when not permitted).")
+    run_as_uid: int | None = Field(
+        default=None, ge=1,
+        description="When running as root, drop the child to this uid/gid (e.g. 65534). Only set it where the Python "
+        "installation is readable by that uid.",
+    )
+    tmp_root: Path | None = Field(default=None, description="Where per-call working directories are created (default: system temp).")
+
+
+class KnowledgeSettings(StrictModel):
+    """The BM25 knowledge search tool."""
+
+    corpus_path: Path | None = Field(
+        default=None, description="JSONL or Parquet file of passages (id, title?, text). Unset: the built-in fact corpus."
+    )
+    top_k: int = Field(default=3, ge=1, le=50, description="Passages returned per query by default.")
+
+
+class WikipediaSettings(StrictModel):
+    """The (online only) Wikipedia search tool."""
+
+    enabled: bool = Field(default=False, description="Off by default: the tool answers with an 'offline' error.")
+    api_url: str = Field(default="https://en.wikipedia.org/w/api.php", description="MediaWiki API endpoint.")
+    timeout_s: float = Field(default=10.0, gt=0, le=120, description="HTTP timeout per request.")
+    top_k: int = Field(default=3, ge=1, le=20, description="Search results returned.")
+    user_agent: str = Field(default="streamgrpo/0.1 (research; tool calls of an RL agent)", description="User-Agent header.")
+
+
+class GeneralistSettings(StrictModel):
+    """The LLM answer tool."""
+
+    max_question_chars: int = Field(default=2000, ge=16, le=100_000, description="Longest question accepted.")
+
+
+class ToolsSettings(StrictModel):
+    """Which tools the agent has and their limits."""
+
+    enabled: list[str] = Field(
+        default_factory=lambda: ["calculator", "python", "knowledge_search"],
+        description="Tool names given to the planner (see streamgrpo.rollout.tools.TOOL_FACTORIES).",
+    )
+    max_output_chars: int = Field(default=2000, ge=64, le=100_000, description="Bound of every tool's output, in characters.")
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings, description="Python sandbox limits.")
+    knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings, description="Knowledge search settings.")
+    wikipedia: WikipediaSettings = Field(default_factory=WikipediaSettings, description="Wikipedia tool settings.")
+    generalist: GeneralistSettings = Field(default_factory=GeneralistSettings, description="Generalist tool settings.")
