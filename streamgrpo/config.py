@@ -74,11 +74,16 @@ class BrokerSettings(StrictModel):
 
 
 def _env_layer(section: str, environ: Mapping[str, str]) -> dict[str, Any]:
+    """``STREAMGRPO_JUDGE__LLM__API_KEY=x`` -> ``{"llm": {"api_key": "x"}}`` for section ``judge``."""
     out: dict[str, Any] = {}
     prefix = f"{ENV_PREFIX}{section.upper()}__"
     for key, value in environ.items():
         if key.startswith(prefix):
-            out[key[len(prefix):].lower()] = value
+            node = out
+            *parents, leaf = key[len(prefix):].lower().split("__")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
     for alias, (sec, fld) in ENV_ALIASES.items():
         if sec == section and alias in environ and fld not in out:
             out[fld] = environ[alias]
@@ -100,6 +105,16 @@ def _toml_layer(section: str, path: Path | None) -> dict[str, Any]:
     return value
 
 
+def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def load(
     model: type[M],
     section: str,
@@ -113,11 +128,9 @@ def load(
     Raises :class:`ConfigError` naming every bad setting and where it came from.
     """
     env = os.environ if environ is None else environ
-    merged: dict[str, Any] = {}
     file = path or env.get(f"{ENV_PREFIX}CONFIG")
-    merged.update(_toml_layer(section, Path(file) if file else None))
-    merged.update(_env_layer(section, env))
-    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    merged = _deep_merge(_toml_layer(section, Path(file) if file else None), _env_layer(section, env))
+    merged = _deep_merge(merged, {k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return model.model_validate(merged)
     except ValidationError as exc:

@@ -4,7 +4,7 @@ A :class:`TopicSpec` says how a topic is created (partitions, replication, reten
 policy), how its records are keyed (``key_field``: a dotted path into the event) and which event
 types it carries. ``streamgrpo topics ensure`` creates missing topics and reports drift;
 ``k8s/base/topics/`` holds the same specs as Strimzi ``KafkaTopic`` resources, generated from here
-(``streamgrpo topics k8s``) and drift-tested.
+(``python k8s/gen_topics.py``) and drift-tested.
 
 Partition counts are sized for the embedded broker and a small cluster; raise them with
 ``[topics] partitions_scale`` in production (partitions can grow, never shrink).

@@ -47,3 +47,20 @@ def test_secrets_are_not_printed() -> None:
     assert "hunter2-secret" not in repr(k) and "hunter2-secret" not in str(k.model_dump())
     register_secret("hunter2-secret")
     assert redact("password=hunter2-secret") == "password=**********"
+
+
+class _Inner(config.StrictModel):
+    api_key: str | None = None
+    model: str = "m"
+
+
+class _Outer(config.StrictModel):
+    name: str = "n"
+    llm: _Inner = _Inner()
+
+
+def test_nested_env_keys_deep_merge_over_toml(tmp_path) -> None:
+    toml = tmp_path / "s.toml"
+    toml.write_text('[judge]\nname = "t"\n[judge.llm]\nmodel = "from-toml"\n')
+    out = config.load(_Outer, "judge", path=toml, environ={"STREAMGRPO_JUDGE__LLM__API_KEY": "k"})
+    assert out.llm.api_key == "k" and out.llm.model == "from-toml" and out.name == "t"

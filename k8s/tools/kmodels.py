@@ -1,0 +1,259 @@
+"""Checks that need more than the manifests: Kubernetes API models and streamgrpo's settings.
+
+- :func:`check_api_models`: every object of a core kind (Deployment, Service, ConfigMap, PVC,
+  Job, HPA, Namespace...) is deserialised into the ``kubernetes`` Python client's model and
+  serialised back. A field the model does not know (a typo such as ``readinessProb``) is dropped by
+  the round trip and reported; a missing required field or a wrong type fails deserialisation and
+  is reported. Skipped (with a note) when the ``kubernetes`` package is not installed.
+- :func:`check_streamgrpo`: the ``streamgrpo.toml`` of the ConfigMap ``streamgrpo-config`` parses;
+  every section and every ``STREAMGRPO_*`` environment variable of every streamgrpo container is
+  accepted by the real settings loader (``streamgrpo.config.load`` with that container's
+  environment: the process would start); the Kafka bootstrap and the vLLM URL name Services of
+  the build (or the Strimzi bootstrap Service of a Kafka of the build) on a port they expose;
+  rollout workers that use vLLM find a vLLM Deployment with replicas, serving their model; the
+  trainer, the workers and vLLM share one base model and mount the adapter store at the path the
+  settings name.
+
+What is not covered: whether images exist in their registries, whether the model names exist on
+the hub, anything that needs a running cluster.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import tomllib
+from kchecks import WORKLOADS, Finding, Obj, index, pod_template, ref
+
+CONFIG_MAP, CONFIG_KEY = "streamgrpo-config", "streamgrpo.toml"
+IMAGE = "ghcr.io/streamgrpo/streamgrpo"
+#: TOML section -> "module:Model" of its settings.
+SECTION_MODELS = {
+    "kafka": "streamgrpo.config:KafkaSettings",
+    "broker": "streamgrpo.config:BrokerSettings",
+    "rollout": "streamgrpo.rollout.config:RolloutConfig",
+    "judge": "streamgrpo.judge.config:JudgeSettings",
+    "streams": "streamgrpo.streams.config:StreamsSettings",
+    "trainer": "streamgrpo.trainer.config:TrainerConfig",
+}
+#: first CLI argument of a streamgrpo container -> the settings section it runs with.
+COMMAND_SECTION = {"rollout": "rollout", "judge": "judge", "streams": "streams", "trainer": "trainer"}
+API_MODELS = {
+    "Namespace": "V1Namespace", "ConfigMap": "V1ConfigMap", "Secret": "V1Secret", "Service": "V1Service",
+    "PersistentVolumeClaim": "V1PersistentVolumeClaim", "Deployment": "V1Deployment",
+    "StatefulSet": "V1StatefulSet", "DaemonSet": "V1DaemonSet", "Job": "V1Job", "CronJob": "V1CronJob",
+    "HorizontalPodAutoscaler": "V2HorizontalPodAutoscaler", "ServiceAccount": "V1ServiceAccount",
+    "PodDisruptionBudget": "V1PodDisruptionBudget", "NetworkPolicy": "V1NetworkPolicy",
+}
+
+
+def _dropped(orig: Any, back: Any, path: str = "") -> list[str]:
+    """Paths present in ``orig`` but lost (or changed) in the round-tripped ``back``."""
+    if isinstance(orig, dict):
+        out = []
+        for k, v in orig.items():
+            if not isinstance(back, dict) or k not in back:
+                out.append(f"{path}/{k}")
+            else:
+                out += _dropped(v, back[k], f"{path}/{k}")
+        return out
+    if isinstance(orig, list):
+        if not isinstance(back, list) or len(back) != len(orig):
+            return [path]
+        return [p for i, (a, b) in enumerate(zip(orig, back, strict=True)) for p in _dropped(a, b, f"{path}/{i}")]
+    return [] if orig == back else [f"{path} ({orig!r} became {back!r})"]
+
+
+def check_api_models(objs: list[Obj]) -> tuple[list[Finding], list[str]]:
+    """Round-trip core kinds through the kubernetes client's models; returns (findings, notes)."""
+    try:
+        from kubernetes.client import ApiClient
+    except ModuleNotFoundError:
+        return [], ["kubernetes package not installed: API-model round trip skipped"]
+    api = ApiClient()
+    out: list[Finding] = []
+    for o in objs:
+        model = API_MODELS.get(str(o.get("kind")))
+        if model is None:
+            continue
+        try:
+            back = api.sanitize_for_serialization(api.deserialize(json.dumps(o), model, "application/json"))
+        except (ValueError, TypeError) as exc:  # pydantic.ValidationError is a ValueError
+            out.append(Finding(ref(o), f"not a valid {model}: {str(exc).splitlines()[0:3]}"))
+            continue
+        out += [Finding(ref(o), f"field {p} is unknown to {model} (typo?)") for p in _dropped(o, back)]
+    return out, []
+
+
+def _env(c: Obj) -> dict[str, str]:
+    """A container's plain environment; values from Secrets/ConfigMaps become placeholders."""
+    env = {}
+    for e in c.get("env") or []:
+        env[e["name"]] = str(e["value"]) if "value" in e else f"<from {next(iter(e.get('valueFrom') or {'?': 0}))}>"
+    return env
+
+
+def _streamgrpo_containers(objs: list[Obj]) -> list[tuple[Obj, Obj]]:
+    return [(w, c) for w in objs if w.get("kind") in WORKLOADS
+            for c in (pod_template(w).get("spec") or {}).get("containers") or []
+            if str(c.get("image", "")).startswith(IMAGE)]
+
+
+def effective(toml: dict[str, Any], section: str, env: dict[str, str]) -> dict[str, Any]:
+    """TOML section overlaid with the container's flat STREAMGRPO_<SECTION>__<FIELD> variables."""
+    out = dict(toml.get(section) or {})
+    prefix = f"STREAMGRPO_{section.upper()}__"
+    out.update({k[len(prefix):].lower(): v for k, v in env.items() if k.startswith(prefix)})
+    return out
+
+
+def _load_models(toml_text: str, toml: dict[str, Any], pairs: list[tuple[Obj, Obj]]) -> tuple[list[Finding], list[str]]:
+    """Run the real settings loader for every section with every container's environment."""
+    try:
+        config = importlib.import_module("streamgrpo.config")
+    except ModuleNotFoundError:
+        return [], ["streamgrpo not importable: settings-model validation skipped"]
+    out: list[Finding] = []
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / CONFIG_KEY
+        path.write_text(toml_text)
+        for section, target in SECTION_MODELS.items():
+            module, attr = target.split(":")
+            try:
+                model = getattr(importlib.import_module(module), attr)
+            except (ModuleNotFoundError, AttributeError) as exc:
+                notes.append(f"[{section}] not validated: {target} not importable ({exc})")
+                continue
+            for w, c in pairs:
+                try:
+                    config.load(model, section, path=path, environ=_env(c))
+                except config.ConfigError as exc:
+                    out.append(Finding(ref(w), f"container {c['name']!r}: {exc}"))
+    return out, notes
+
+
+def _service_port(objs: list[Obj], ns: str | None, host: str, port: int) -> str | None:
+    """None if host:port is a Service (or Strimzi bootstrap Service) of the build, else the problem."""
+    labels = host.split(".")
+    in_cluster = len(labels) <= 2 or ".svc" in host  # name, name.namespace, name.namespace.svc[...]
+    if not in_cluster:
+        return None  # an external host name: not ours to check
+    name = labels[0]
+    if len(labels) > 1 and labels[1] != ns:
+        return f"{host}: namespace {labels[1]!r} is not the workload's namespace {ns!r}"
+    for k in objs:
+        if k.get("kind") == "Kafka" and name == f"{k['metadata']['name']}-kafka-bootstrap":
+            ports = {int(li.get("port", 0)) for li in k["spec"]["kafka"].get("listeners") or []}
+            return None if port in ports else f"{host}:{port}: Kafka {k['metadata']['name']} has no listener on {port}"
+    svc = index(objs).get(("Service", ns, name))
+    if svc is None:
+        return f"{host}: no Service {name!r} (nor a Strimzi bootstrap Service) in the build"
+    if port not in {int(p.get("port", 0)) for p in svc["spec"].get("ports") or []}:
+        return f"{host}:{port}: Service {name!r} does not expose port {port}"
+    return None
+
+
+def _mount_claim(w: Obj, c: Obj, path: str) -> str | None:
+    """The PVC mounted at ``path`` in container ``c`` of workload ``w`` (None if none)."""
+    vols = {v["name"]: v for v in (pod_template(w).get("spec") or {}).get("volumes") or []}
+    for m in c.get("volumeMounts") or []:
+        if m.get("mountPath") == path and "persistentVolumeClaim" in vols.get(m.get("name"), {}):
+            return str(vols[m["name"]]["persistentVolumeClaim"].get("claimName"))
+    return None
+
+
+def _vllm_model(w: Obj) -> str | None:
+    for c in (pod_template(w).get("spec") or {}).get("containers") or []:
+        args = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        if "--enable-lora" not in args:
+            continue
+        for i, a in enumerate(args):
+            if a.startswith("--served-model-name"):
+                return a.split("=", 1)[1] if "=" in a else args[i + 1]
+        for i, a in enumerate(args):
+            if a.startswith("--model"):
+                return a.split("=", 1)[1] if "=" in a else args[i + 1]
+    return None
+
+
+def _check_wiring(objs: list[Obj], toml: dict[str, Any], pairs: list[tuple[Obj, Obj]]) -> list[Finding]:
+    out: list[Finding] = []
+    by_section = {COMMAND_SECTION[str((c.get("args") or [""])[0])]: (w, c) for w, c in pairs
+                  if str((c.get("args") or [""])[0]) in COMMAND_SECTION}
+    for w, c in pairs:
+        ns = w["metadata"].get("namespace")
+        for hostport in str(effective(toml, "kafka", _env(c)).get("bootstrap") or "").split(","):
+            host, _, port = hostport.strip().rpartition(":")
+            problem = _service_port(objs, ns, host, int(port or 0)) if host else "[kafka] bootstrap is not set"
+            if problem:
+                out.append(Finding(ref(w), f"kafka bootstrap {problem}"))
+    rollout, trainer = by_section.get("rollout"), by_section.get("trainer")
+    if rollout:
+        w, c = rollout
+        r = effective(toml, "rollout", _env(c))
+        if r.get("policy") == "vllm":
+            out += _check_vllm(objs, w, c, r)
+        if trainer:
+            t = effective(toml, "trainer", _env(trainer[1]))
+            if r.get("model") != t.get("base_model"):
+                out.append(Finding(ref(w), f"rollout model {r.get('model')!r} != trainer base_model {t.get('base_model')!r}"))
+            if r.get("adapter_store") != t.get("store_root"):
+                out.append(Finding(ref(w), f"rollout adapter_store {r.get('adapter_store')!r} != trainer store_root "
+                                           f"{t.get('store_root')!r}"))
+            claims = {_mount_claim(w, c, str(r.get("adapter_store"))), _mount_claim(*trainer, str(t.get("store_root")))}
+            if None in claims or len(claims) != 1:
+                out.append(Finding(ref(w), f"rollout and trainer do not mount one adapter-store PVC at the store path: {claims}"))
+    return out
+
+
+def _check_vllm(objs: list[Obj], w: Obj, c: Obj, r: dict[str, Any]) -> list[Finding]:
+    url = urlsplit(str(r.get("vllm_url", "")))
+    ns = w["metadata"].get("namespace")
+    problem = _service_port(objs, ns, url.hostname or "", url.port or 80)
+    if problem:
+        return [Finding(ref(w), f"vllm_url {problem}")]
+    svc = index(objs)[("Service", ns, (url.hostname or "").split(".")[0])]
+    sel = svc["spec"].get("selector") or {}
+    servers = [d for d in objs if d.get("kind") == "Deployment" and d["metadata"].get("namespace") == ns
+               and all(((pod_template(d).get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in sel.items())]
+    out = []
+    for d in servers:
+        if int(d["spec"].get("replicas", 1)) < 1:
+            out.append(Finding(ref(w), f"policy vllm but {ref(d)} has 0 replicas"))
+        want = r.get("vllm_model") or r.get("model")
+        if _vllm_model(d) != want:
+            out.append(Finding(ref(w), f"vLLM serves {_vllm_model(d)!r} but the workers ask for {want!r}"))
+        vc: Obj = next(iter((pod_template(d).get("spec") or {}).get("containers") or []), {})
+        if _mount_claim(d, vc, str(r.get("adapter_store"))) != _mount_claim(w, c, str(r.get("adapter_store"))):
+            out.append(Finding(ref(d), f"must mount the workers' adapter store at {r.get('adapter_store')} (lora_path)"))
+    return out or ([] if servers else [Finding(ref(w), "policy vllm but the vllm Service selects no Deployment")])
+
+
+def check_streamgrpo(objs: list[Obj]) -> tuple[list[Finding], list[str]]:
+    """streamgrpo-specific configuration checks of one build; returns (findings, notes)."""
+    cms = [o for o in objs if o.get("kind") == "ConfigMap" and o["metadata"].get("name") == CONFIG_MAP]
+    pairs = _streamgrpo_containers(objs)
+    if not cms:
+        return ([Finding("ConfigMap/" + CONFIG_MAP, "missing from the build")] if pairs else []), []
+    text = (cms[0].get("data") or {}).get(CONFIG_KEY)
+    if text is None:
+        return [Finding(ref(cms[0]), f"has no key {CONFIG_KEY}")], []
+    try:
+        toml = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return [Finding(ref(cms[0]), f"{CONFIG_KEY} is not valid TOML: {exc}")], []
+    out = [Finding(ref(cms[0]), f"unknown section [{s}] (known: {', '.join(SECTION_MODELS)})")
+           for s in toml if s not in SECTION_MODELS]
+    for w, c in pairs:
+        mounts = {m.get("mountPath") for m in c.get("volumeMounts") or []}
+        cfg = _env(c).get("STREAMGRPO_CONFIG", "")
+        if str(Path(cfg).parent) not in mounts:
+            out.append(Finding(ref(w), f"STREAMGRPO_CONFIG={cfg!r} is not on a mounted volume"))
+    found, notes = _load_models(text, toml, pairs)
+    return out + found + _check_wiring(objs, toml, pairs), notes
