@@ -60,6 +60,11 @@ class KafkaSettings(StrictModel):
     sasl_password: SecretStr | None = Field(default=None, description="SASL password (never logged).")
     topic_prefix: str = Field(default="", description="Prefix added to every topic name (isolates runs sharing a cluster).")
     client_id: str = Field(default="streamgrpo", description="Kafka client.id prefix.")
+    session_timeout_ms: int = Field(
+        default=10_000, ge=1_000, le=300_000,
+        description="Consumer-group session timeout. The embedded Tansu broker answers a group join only after "
+        "half of it (10 s -> 5 s joins); tests use 3 s. Production Kafka: keep 10-45 s.",
+    )
 
 
 class BrokerSettings(StrictModel):

@@ -128,6 +128,7 @@ class RunSettings:
     limit: int | None
     bootstrap: str | None
     config_path: str | None
+    until_version: int | None = None
 
 
 def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
@@ -189,9 +190,10 @@ def execute(cfg: RunSettings) -> Path:
         broker = EmbeddedBroker(run_dir)
         bootstrap = broker.start().bootstrap
         click.echo(f"embedded broker up on {bootstrap} (memory storage; log {run_dir / 'run' / 'broker.log'})")
+    from streamgrpo import config
     from streamgrpo.config import KafkaSettings
 
-    kafka = KafkaSettings(bootstrap=bootstrap)
+    kafka = config.load(KafkaSettings, "kafka", path=cfg.config_path, overrides={"bootstrap": bootstrap})
     try:
         report = ensure(kafka)
         click.echo(f"topics: {len(report.created)} created, {len(report.ok)} ok")
@@ -205,7 +207,7 @@ def execute(cfg: RunSettings) -> Path:
         tracker.start()
         n = _submit(cfg, kafka)
         click.echo(f"submitted {n} task(s) x group size {cfg.group_size}")
-        _watch(sup, tracker, cfg.duration_s)
+        _watch(sup, tracker, cfg.duration_s, cfg.until_version)
     finally:
         click.echo("\nstopping children ...")
         if "sup" in locals():
@@ -232,7 +234,7 @@ def _submit(cfg: RunSettings, kafka: Any) -> int:
     return report.published
 
 
-def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float) -> None:
+def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_version: int | None) -> None:
     deadline = time.monotonic() + duration_s
     stop = threading.Event()
 
@@ -245,6 +247,9 @@ def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float) -> None:
             for msg in sup.check():
                 click.echo(f"\n[supervisor] {msg}")
                 tracker.progress.notes.append(msg)
+            if until_version is not None and tracker.progress.serving_version >= until_version:
+                click.echo(f"\nrollouts served by adapter v{tracker.progress.serving_version}: stopping (--until-version)")
+                break
             remaining = deadline - time.monotonic()
             line = tracker.progress.line()
             click.echo(f"\r{line} | {remaining:4.0f}s left ", nl=False)
@@ -280,9 +285,11 @@ def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="State directory for runs, adapters and the model cache (default ~/.streamgrpo).")
 @click.option("--bootstrap", default=None, help="Use this Kafka instead of starting the embedded broker.")
+@click.option("--until-version", type=click.IntRange(1), default=None,
+              help="Stop early once a rollout served by this adapter version (or newer) has completed.")
 @click.pass_context
 def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit: int | None, rollout_workers: int,
-        home: Path | None, bootstrap: str | None) -> None:
+        home: Path | None, bootstrap: str | None, until_version: int | None) -> None:
     """Run the whole training loop locally and write a report.
 
     Starts (as supervised child processes): the stream processors, the judge, rollout worker(s)
@@ -297,5 +304,5 @@ def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit:
     broker = config.load(BrokerSettings, "broker", path=(ctx.obj or {}).get("config_path"),
                          overrides={"home": home})
     cfg = RunSettings(duration, rollout_workers, broker.home, tasks, group_size, limit, bootstrap,
-                      (ctx.obj or {}).get("config_path"))
+                      (ctx.obj or {}).get("config_path"), until_version)
     execute(cfg)

@@ -25,11 +25,12 @@ def kafka() -> Iterator[KafkaSettings]:
     if external:
         yield KafkaSettings(bootstrap=external)
         return
+    # session_timeout_ms=3000: Tansu answers a group join after half the session timeout.
     from streamgrpo.topics.broker import EmbeddedBroker
 
     home = Path(tempfile.mkdtemp(prefix="streamgrpo-test-broker-"))
     with EmbeddedBroker(home) as broker:
-        yield KafkaSettings(bootstrap=broker.bootstrap)
+        yield KafkaSettings(bootstrap=broker.bootstrap, session_timeout_ms=3000)
 
 
 @pytest.fixture

@@ -131,6 +131,8 @@ class EventConsumer:
             enable_auto_commit=False,
             auto_offset_reset="earliest" if from_beginning else "latest",
             max_poll_interval_ms=600_000,
+            session_timeout_ms=kafka.session_timeout_ms,
+            heartbeat_interval_ms=max(100, min(3_000, kafka.session_timeout_ms // 3)),
         )
         kwargs.update(aiokafka_overrides)
         self._consumer = AIOKafkaConsumer(**kwargs)
