@@ -1,1 +1,13 @@
-"""(package docstring pending)"""
+"""Planner policy backends.
+
+- :mod:`.base`: the :class:`~.base.PlannerPolicy` interface (token ids + behaviour logprobs,
+  versioned LoRA adapters, pinning) and the :class:`~.base.TextModel` protocol.
+- :mod:`.local`: transformers + peft in this process (:class:`~.local.LocalPolicy`,
+  :class:`~.local.LocalTextModel`); :mod:`.sampling` is its batched sampler.
+- :mod:`.vllm`: a vLLM server over HTTP (:class:`~.vllm.VLLMPolicy`).
+- :mod:`.openai_text`: any OpenAI-compatible chat endpoint as a :class:`~.base.TextModel`.
+- :mod:`.residency`: which versions stay resident (keep-last-K, pins, protected primary).
+- :mod:`.tiny`: a tiny in-process model + tokenizer for tests and offline demos.
+
+Importing this package imports nothing heavy; torch/transformers/httpx load with the backend module.
+"""

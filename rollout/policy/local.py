@@ -1,0 +1,198 @@
+"""In-process planner policy: transformers + peft, CPU or GPU, exact behaviour logprobs.
+
+:class:`LocalPolicy` holds ONE copy of the base weights. Adapter versions are peft LoRA adapters
+resident under immutable names ``f"{name}@v{version}"`` on a single ``PeftModel``; version 0 is the
+base model (served with ``disable_adapter()``). Sampling is the manual KV-cached loop of
+:mod:`.sampling`, so every recorded logprob is ``log_softmax(logits / T)`` over the full vocabulary
+(``top_p`` only truncates what is sampled from). :class:`LocalTextModel` answers chat requests with
+the same weights, adapters disabled.
+
+Concurrency: one re-entrant lock serialises generation and adapter (un)loading (peft's active
+adapter is global state). Batching, not threads, is how throughput is obtained.
+
+What is covered: float32 CPU (logprobs match a fresh forward within 1e-4) and GPU (bf16/fp16 are
+allowed but then only match a forward in the same dtype to ~1e-2). What is not: merged adapters,
+QLoRA at rollout time, multiple adapters in one batch (one version per call).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from streamgrpo.avro import records as R
+from streamgrpo.rollout.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
+from streamgrpo.rollout.policy.base import BASE_VERSION, Generation, PlannerPolicy, served_name
+from streamgrpo.rollout.policy.sampling import sample_batch
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """EOS ids from the generation config (the GGUF-converted tokenizer mislabels its eos token)."""
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if value is not None:
+            return set(value) if isinstance(value, (list, tuple)) else {int(value)}
+    if tokenizer.eos_token_id is None:
+        raise PolicyError("the model defines no eos_token_id; pass eos_token_ids explicitly")
+    return {int(tokenizer.eos_token_id)}
+
+
+class LocalPolicy(PlannerPolicy):
+    """Transformers + peft planner policy (see module docstring)."""
+
+    def __init__(
+        self,
+        model_name_or_path: str = "smollm2-135m-instruct",
+        device: str = "cpu",
+        cache_dir: str | Path | None = None,
+        dtype: str = "float32",
+        keep_last: int = 4,
+        eos_token_ids: set[int] | None = None,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from streamgrpo.trainer.base_model import resolve_base_model
+
+        if dtype not in _DTYPES:
+            raise PolicyError(f"dtype {dtype!r} is not one of {sorted(_DTYPES)}")
+        path = resolve_base_model(model_name_or_path, cache_dir)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_DTYPES[dtype])
+        except (OSError, ValueError) as exc:
+            raise PolicyError(f"cannot load base model {model_name_or_path!r} from {path}: {exc}") from exc
+        self._setup(model, tokenizer, device, keep_last, eos_token_ids, str(model_name_or_path))
+
+    @classmethod
+    def from_model(
+        cls, model: Any, tokenizer: Any, *, device: str = "cpu", keep_last: int = 4,
+        eos_token_ids: set[int] | None = None, base_model: str = "in-process",
+    ) -> LocalPolicy:
+        """Wrap an already built model + tokenizer (tests, notebooks); ``model`` is used in place."""
+        self = cls.__new__(cls)
+        self._setup(model, tokenizer, device, keep_last, eos_token_ids, base_model)
+        return self
+
+    def _setup(self, model: Any, tokenizer: Any, device: str, keep_last: int,
+               eos_token_ids: set[int] | None, base_model: str) -> None:
+        PlannerPolicy.__init__(self, keep_last)
+        self.device = torch.device(device)
+        self.base_model = base_model
+        self.tokenizer = tokenizer
+        self._base = model.to(self.device).eval()
+        self._peft: Any = None
+        self._lock = threading.RLock()
+        self.eos_ids = set(eos_token_ids) if eos_token_ids else _eos_ids(model, tokenizer)
+        pad = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+        self.pad_id = int(pad if pad is not None else min(self.eos_ids))
+
+    # -- prompts ----------------------------------------------------------------------------------
+    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
+        return [int(t) for t in ids]
+
+    def decode(self, token_ids: list[int]) -> str:
+        return str(self.tokenizer.decode(token_ids, skip_special_tokens=True))
+
+    # -- generation -------------------------------------------------------------------------------
+    def generate(
+        self, prompts: list[list[int]], sampling: R.SamplingParams, *, adapter_name: str, adapter_version: int,
+    ) -> list[Generation]:
+        if not prompts:
+            return []
+        if sampling.max_new_tokens < 1:
+            raise PolicyError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+        start = time.perf_counter()
+        with self._lock:
+            self._slots.pin(adapter_name, adapter_version)  # raises AdapterNotResidentError
+            try:
+                sampled = self._sample(prompts, sampling, adapter_name, adapter_version)
+            finally:
+                self._slots.unpin(adapter_name, adapter_version)
+        latency = int((time.perf_counter() - start) * 1000)
+        return [
+            Generation(prompt_token_ids=list(p), text=self.decode(s.token_ids), token_ids=s.token_ids,
+                       logprobs=s.logprobs, adapter_name=adapter_name, adapter_version=adapter_version,
+                       latency_ms=latency)
+            for p, s in zip(prompts, sampled, strict=True)
+        ]
+
+    def _sample(self, prompts: list[list[int]], sampling: R.SamplingParams, name: str, version: int) -> list[Any]:
+        kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p,
+                      max_new_tokens=sampling.max_new_tokens, eos_ids=self.eos_ids, pad_id=self.pad_id,
+                      seed=sampling.seed, device=self.device)
+        if version == BASE_VERSION:
+            if self._peft is None:
+                return sample_batch(self._base, prompts, **kwargs)
+            with self._peft.disable_adapter():
+                return sample_batch(self._peft, prompts, **kwargs)
+        self._peft.set_adapter(served_name(name, version))
+        return sample_batch(self._peft, prompts, **kwargs)
+
+    # -- adapters ---------------------------------------------------------------------------------
+    def load_adapter(self, adapter_name: str, version: int, path: Path) -> None:
+        if version <= BASE_VERSION:
+            raise AdapterLoadError(f"adapter versions start at 1 (0 is the base model), got {version}")
+        if self._slots.is_resident(adapter_name, version):
+            return  # immutable names: the same version is the same bytes
+        name = served_name(adapter_name, version)
+        with self._lock:
+            try:
+                if self._peft is None:
+                    from peft import PeftModel
+
+                    self._peft = PeftModel.from_pretrained(self._base, str(path), adapter_name=name,
+                                                           is_trainable=False).eval()
+                else:
+                    self._peft.load_adapter(str(path), adapter_name=name, is_trainable=False)
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                raise AdapterLoadError(f"cannot load adapter {name} from {path}: {exc}") from exc
+            self._slots.add(adapter_name, version)
+            log.info("adapter %s resident (from %s)", name, path)
+        self._evict(adapter_name)
+
+    def unload_adapter(self, adapter_name: str, version: int) -> None:
+        if not self._slots.is_resident(adapter_name, version) or version == BASE_VERSION:
+            return
+        with self._lock:
+            self._slots.remove(adapter_name, version)  # raises AdapterInUseError when pinned
+            name = served_name(adapter_name, version)
+            if set(self._peft.peft_config) == {name}:
+                # peft cannot serve with zero adapters: strip the LoRA layers, back to the plain base model
+                self._base = self._peft.unload()
+                self._peft = None
+            else:
+                self._peft.delete_adapter(name)
+            log.info("adapter %s unloaded", served_name(adapter_name, version))
+
+    def resident_versions(self, adapter_name: str) -> list[int]:
+        return self._slots.versions(adapter_name)
+
+    def require_resident(self, adapter_name: str, version: int) -> None:
+        """Raise :class:`AdapterNotResidentError` unless ``version`` can be served now."""
+        if not self._slots.is_resident(adapter_name, version):
+            raise AdapterNotResidentError(f"{served_name(adapter_name, version)} is not resident")
+
+
+class LocalTextModel:
+    """:class:`~.base.TextModel` over a :class:`LocalPolicy`'s weights with adapters disabled (no copy)."""
+
+    def __init__(self, policy: LocalPolicy, *, seed: int | None = None) -> None:
+        self.policy = policy
+        self.seed = seed
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int, temperature: float) -> str:
+        prompt = self.policy.chat_prompt(messages)
+        sampling = R.SamplingParams(temperature=temperature, top_p=1.0, max_new_tokens=max_tokens, seed=self.seed)
+        (generation,) = self.policy.generate([prompt], sampling, adapter_name="base", adapter_version=BASE_VERSION)
+        return generation.text

@@ -1,0 +1,128 @@
+"""Batched autoregressive sampling with exact behaviour logprobs (pure torch; no peft, no I/O).
+
+The recorded logprob of each sampled token is ``log_softmax(logits / temperature)[token]`` over the
+FULL vocabulary, computed in float32. ``top_p`` (nucleus) only truncates the distribution that is
+*sampled from*; the recorded logprob stays that of the temperature-scaled full distribution, which
+is exactly what the trainer recomputes from (prompt + action) tokens. ``temperature <= 0`` means
+greedy decoding; the recorded logprob is then that of the untempered distribution (temperature 1).
+
+Prompts of different lengths are LEFT padded; the attention mask hides the padding and the position
+ids count real tokens only (``cumsum(mask) - 1``), so a padded row produces the same logits as the
+same prompt alone (up to float rounding, ~1e-5 in float32).
+
+What is covered: EOS / max_new_tokens stopping, seeded sampling through a ``torch.Generator``.
+What is not: stop strings, repetition penalties, beam search, speculative decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """Per-row output of :func:`sample_batch`: sampled ids (EOS included if sampled) and their logprobs."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor
+]:
+    """Left-pad ``prompts`` -> ``(input_ids, attention_mask, position_ids)``, each ``(B, T)`` int64."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
+        mask[row, width - len(prompt):] = 1
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+def behaviour_logprobs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``(B, V)`` logits -> ``(B, V)`` float32 log-probabilities of the temperature-scaled distribution."""
+    scale = temperature if temperature > 0 else 1.0
+    return torch.log_softmax(logits.float() / scale, dim=-1)
+
+
+def nucleus_filter(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Set to ``-inf`` every token outside the smallest set whose probability mass reaches ``top_p``.
+
+    ``(B, V)`` -> ``(B, V)``; the most likely token is always kept. ``top_p >= 1`` returns the input.
+    """
+    if top_p >= 1.0:
+        return logprobs
+    sorted_lp, order = torch.sort(logprobs, dim=-1, descending=True)
+    mass_before = sorted_lp.exp().cumsum(dim=-1) - sorted_lp.exp()
+    drop_sorted = mass_before >= top_p
+    drop_sorted[:, 0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logprobs.masked_fill(drop, float("-inf"))
+
+
+def sample_step(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoding step: ``(B, V)`` logits -> sampled ids ``(B,)`` and their behaviour logprobs ``(B,)``."""
+    logprobs = behaviour_logprobs(logits, temperature)
+    if temperature <= 0:
+        tokens = logprobs.argmax(dim=-1)
+    else:
+        probs = nucleus_filter(logprobs, top_p).exp()
+        # multinomial on CPU with the (CPU) generator keeps seeded runs identical across devices
+        tokens = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+@torch.no_grad()
+def sample_batch(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    eos_ids: set[int],
+    pad_id: int,
+    seed: int | None = None,
+    device: torch.device | str = "cpu",
+) -> list[Sampled]:
+    """Sample up to ``max_new_tokens`` per prompt with a manual KV-cached decode loop.
+
+    ``model`` is any causal LM taking ``input_ids (B, t)``, ``attention_mask (B, T_past + t)``,
+    ``position_ids (B, t)`` and ``past_key_values``; rows stop at their first EOS.
+    """
+    generator = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else None
+    ids, mask, positions = left_pad(prompts, pad_id, device)
+    batch = ids.shape[0]
+    out_ids: list[list[int]] = [[] for _ in range(batch)]
+    out_lp: list[list[float]] = [[] for _ in range(batch)]
+    done = torch.zeros(batch, dtype=torch.bool)
+    past = None
+    step_ids, step_pos = ids, positions
+    for _ in range(max_new_tokens):
+        result = model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
+                       past_key_values=past, use_cache=True)
+        past = result.past_key_values
+        tokens, lps = sample_step(result.logits[:, -1, :], temperature, top_p, generator)
+        tokens_cpu, lps_cpu = tokens.cpu().tolist(), lps.cpu().tolist()
+        for row in range(batch):
+            if done[row]:
+                continue
+            out_ids[row].append(tokens_cpu[row])
+            out_lp[row].append(lps_cpu[row])
+            if tokens_cpu[row] in eos_ids:
+                done[row] = True
+        if bool(done.all()):
+            break
+        step_ids = tokens.masked_fill(done.to(tokens.device), pad_id)[:, None]
+        step_pos = step_pos[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+    return [Sampled(token_ids=i, logprobs=lp) for i, lp in zip(out_ids, out_lp, strict=True)]

@@ -1,0 +1,245 @@
+"""Planner policy served by vLLM over HTTP (OpenAI-compatible API + runtime LoRA endpoints).
+
+Only vLLM's documented server surface is used (no patches):
+
+- ``POST {base_url}/completions`` with ``prompt`` as token ids (a list of token-id lists for a
+  batch), ``logprobs=1`` and the vLLM extension ``return_tokens_as_token_ids=true``, so every
+  returned token reads ``"token_id:<id>"`` and ``token_logprobs`` holds its logprob. A group's
+  repeated prompt is sent once with ``n=<count>`` (vLLM then draws distinct samples even with a
+  seed); one HTTP request per distinct repeat count, normally exactly one.
+- The adapter is selected with ``model=f"{name}@v{version}"`` (``model`` = the base name for v0).
+- ``POST {base_url}/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and
+  ``POST {base_url}/unload_lora_adapter`` ``{"lora_name"}``. The server must run with
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and ``--enable-lora --max-loras K --max-lora-rank R``;
+  ``lora_path`` must be readable BY THE SERVER (shared volume), it is not uploaded.
+- ``chat_prompt`` applies the chat template with a local tokenizer when one is given, else with the
+  server's ``POST /tokenize`` (at the server root, ``{"model", "messages", "add_generation_prompt"}``).
+
+Logprob semantics (read before training on vLLM samples): by default vLLM returns RAW logprobs
+(before temperature). Start the server with ``--logprobs-mode processed_logprobs`` so the
+returned values are those of the distribution actually sampled from (after temperature). With
+``top_p < 1`` vLLM's processed logprobs are renormalised over the nucleus, whereas
+:class:`~.local.LocalPolicy` and the trainer use the full temperature-scaled distribution: train
+vLLM samples with ``top_p = 1`` (a warning is logged otherwise); the trainer's clipped importance
+ratio absorbs the remaining numeric mismatch (bf16 kernels).
+
+Errors: 404 on generation -> :class:`AdapterNotResidentError` (server lost the adapter); 5xx,
+connection errors and timeouts are retried with exponential backoff, then
+:class:`BackendUnavailableError`; other 4xx -> :class:`PolicyError` with the server's message.
+The API key is a ``SecretStr`` and is never logged.
+
+Not covered: streaming, per-row seeds, prompt logprobs, multi-LoRA batches in one request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from streamgrpo.avro import records as R
+from streamgrpo.rollout.errors import (
+    AdapterLoadError,
+    AdapterNotResidentError,
+    BackendUnavailableError,
+    PolicyError,
+)
+from streamgrpo.rollout.policy.base import BASE_VERSION, Generation, PlannerPolicy, served_name
+
+log = logging.getLogger(__name__)
+
+TOKEN_PREFIX = "token_id:"
+_RETRYABLE = {500, 502, 503, 504}
+
+
+def parse_token(token: str) -> int:
+    """``"token_id:123"`` -> 123 (needs ``return_tokens_as_token_ids=true``)."""
+    if not token.startswith(TOKEN_PREFIX):
+        raise PolicyError(f"vLLM returned token {token!r} without the {TOKEN_PREFIX!r} prefix; the server "
+                          "must support return_tokens_as_token_ids (vLLM >= 0.5)")
+    return int(token[len(TOKEN_PREFIX):])
+
+
+def parse_choice(choice: dict[str, Any]) -> tuple[str, list[int], list[float]]:
+    """One completion choice -> (text, sampled token ids, their logprobs)."""
+    lp = choice.get("logprobs") or {}
+    tokens, values = lp.get("tokens"), lp.get("token_logprobs")
+    if tokens is None or values is None or len(tokens) != len(values):
+        raise PolicyError("vLLM completion choice has no usable logprobs (request sent logprobs=1)")
+    return str(choice.get("text", "")), [parse_token(t) for t in tokens], [float(v) for v in values]
+
+
+def error_message(response: httpx.Response) -> str:
+    """The server's error message from either vLLM error shape, else the raw text (truncated)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and "message" in inner:
+            return str(inner["message"])
+    return str(body)[:500]
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """A local tokenizer for ``chat_prompt`` (the bundled alias is resolved by the trainer's base_model module)."""
+    from transformers import AutoTokenizer
+
+    from streamgrpo.trainer.base_model import resolve_base_model
+
+    path = resolve_base_model(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"cannot load a tokenizer for {name_or_path!r} from {path}: {exc}; pass tokenizer=None "
+                          "to use the server's /tokenize instead") from exc
+
+
+def plan_requests(prompts: list[list[int]]) -> list[tuple[list[list[int]], int, list[list[int]]]]:
+    """Group prompts into requests: [(distinct prompts, n, row indices per prompt)], one per repeat count.
+
+    >>> plan_requests([[1], [1], [2], [2]])
+    [([[1], [2]], 2, [[0, 1], [2, 3]])]
+    """
+    rows: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompts):
+        rows.setdefault(tuple(p), []).append(i)
+    by_count: dict[int, list[tuple[int, ...]]] = {}
+    for key, idx in rows.items():
+        by_count.setdefault(len(idx), []).append(key)
+    return [([list(k) for k in keys], n, [rows[k] for k in keys]) for n, keys in by_count.items()]
+
+
+class VLLMPolicy(PlannerPolicy):
+    """:class:`PlannerPolicy` over a vLLM OpenAI-compatible server (see module docstring)."""
+
+    def __init__(self, base_url: str, model: str, api_key: SecretStr | str | None = None, timeout: float = 120.0, *,
+                 keep_last: int = 4, max_retries: int = 3, backoff_s: float = 0.5, tokenizer: Any = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        """``tokenizer``: None (use the server's ``/tokenize``), a tokenizer object, or a model name/path
+        whose tokenizer is loaded locally (resolved like the local policy's base model, never downloaded)."""
+        super().__init__(keep_last)
+        if isinstance(api_key, str):
+            api_key = SecretStr(api_key)
+        if isinstance(tokenizer, (str, Path)):
+            tokenizer = load_tokenizer(str(tokenizer))
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.base_model = model
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.tokenizer = tokenizer
+        headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key is not None else {}
+        self._http = httpx.Client(timeout=timeout, headers=headers, transport=transport)
+        self._warned_top_p = False
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- HTTP -------------------------------------------------------------------------------------
+    def _post(self, url: str, body: dict[str, Any]) -> httpx.Response:
+        """POST with retries on 5xx / timeouts / connection errors; returns the final non-5xx response."""
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                response = self._http.post(url, json=body)
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                log.warning("vLLM %s failed (%s), attempt %d/%d", url, last, attempt + 1, self.max_retries + 1)
+                continue
+            if response.status_code not in _RETRYABLE:
+                return response
+            last = f"HTTP {response.status_code}: {error_message(response)}"
+            log.warning("vLLM %s answered %s, attempt %d/%d", url, last, attempt + 1, self.max_retries + 1)
+        raise BackendUnavailableError(f"vLLM at {url} failed after {self.max_retries + 1} attempts ({last}); "
+                                      "check that the server is up and healthy")
+
+    # -- PlannerPolicy ----------------------------------------------------------------------------
+    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        if self.tokenizer is not None:
+            encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            return [int(t) for t in (encoded if isinstance(encoded, list) else encoded["input_ids"])]
+        root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+        response = self._post(f"{root}/tokenize", {"model": self.model, "messages": messages,
+                                                   "add_generation_prompt": True})
+        if response.status_code != 200:
+            raise PolicyError(f"vLLM /tokenize answered {response.status_code}: {error_message(response)}")
+        return [int(t) for t in response.json()["tokens"]]
+
+    def generate(self, prompts: list[list[int]], sampling: R.SamplingParams, *, adapter_name: str,
+                 adapter_version: int) -> list[Generation]:
+        if not prompts:
+            return []
+        if sampling.top_p < 1.0 and not self._warned_top_p:
+            log.warning("top_p=%s < 1 on vLLM: processed logprobs are renormalised over the nucleus and differ "
+                        "from the trainer's full-distribution logprobs; use top_p=1 for training", sampling.top_p)
+            self._warned_top_p = True
+        model = self.model if adapter_version == BASE_VERSION else served_name(adapter_name, adapter_version)
+        start = time.perf_counter()
+        self._slots.pin(adapter_name, adapter_version)  # raises AdapterNotResidentError
+        try:
+            results: dict[int, tuple[str, list[int], list[float]]] = {}
+            for distinct, n, rows in plan_requests(prompts):
+                choices = self._complete(model, distinct, n, sampling)
+                for p_idx, row_ids in enumerate(rows):
+                    for j, row in enumerate(row_ids):
+                        results[row] = parse_choice(choices[p_idx * n + j])
+        finally:
+            self._slots.unpin(adapter_name, adapter_version)
+        latency = int((time.perf_counter() - start) * 1000)
+        return [Generation(prompt_token_ids=list(p), text=results[i][0], token_ids=results[i][1],
+                           logprobs=results[i][2], adapter_name=adapter_name, adapter_version=adapter_version,
+                           latency_ms=latency) for i, p in enumerate(prompts)]
+
+    def _complete(self, model: str, prompts: list[list[int]], n: int, sampling: R.SamplingParams) -> list[dict]:
+        body: dict[str, Any] = {"model": model, "prompt": prompts if len(prompts) > 1 else prompts[0], "n": n,
+                                "max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
+                                "top_p": sampling.top_p, "logprobs": 1, "return_tokens_as_token_ids": True}
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        response = self._post(f"{self.base_url}/completions", body)
+        if response.status_code == 404:
+            raise AdapterNotResidentError(f"vLLM does not serve {model!r} ({error_message(response)}); "
+                                          "the server may have restarted: reload the adapter")
+        if response.status_code != 200:
+            raise PolicyError(f"vLLM /completions answered {response.status_code}: {error_message(response)}")
+        choices = sorted(response.json()["choices"], key=lambda c: c["index"])
+        if len(choices) != len(prompts) * n:
+            raise PolicyError(f"vLLM returned {len(choices)} choices for {len(prompts)} prompts x n={n}")
+        return choices
+
+    def load_adapter(self, adapter_name: str, version: int, path: Path) -> None:
+        if version <= BASE_VERSION:
+            raise AdapterLoadError(f"adapter versions start at 1 (0 is the base model), got {version}")
+        if self._slots.is_resident(adapter_name, version):
+            return
+        name = served_name(adapter_name, version)
+        response = self._post(f"{self.base_url}/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        already = response.status_code == 400 and "already been loaded" in error_message(response)
+        if response.status_code != 200 and not already:
+            raise AdapterLoadError(f"vLLM refused to load {name} from {path}: HTTP {response.status_code} "
+                                   f"{error_message(response)} (is VLLM_ALLOW_RUNTIME_LORA_UPDATING=True set and "
+                                   "the path visible to the server?)")
+        self._slots.add(adapter_name, version)
+        log.info("adapter %s loaded on vLLM from %s", name, path)
+        self._evict(adapter_name)
+
+    def unload_adapter(self, adapter_name: str, version: int) -> None:
+        if version == BASE_VERSION or not self._slots.is_resident(adapter_name, version):
+            return
+        self._slots.remove(adapter_name, version)  # raises AdapterInUseError when pinned
+        name = served_name(adapter_name, version)
+        response = self._post(f"{self.base_url}/unload_lora_adapter", {"lora_name": name})
+        if response.status_code not in (200, 400, 404):  # 400/404: the server no longer has it
+            raise AdapterLoadError(f"vLLM could not unload {name}: HTTP {response.status_code} "
+                                   f"{error_message(response)}")
+
+    def resident_versions(self, adapter_name: str) -> list[int]:
+        return self._slots.versions(adapter_name)

@@ -1,0 +1,109 @@
+"""Pure decision logic of the adapter follower, and the follower against a real (tiny) policy without Kafka."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from streamgrpo.avro import records as R
+from streamgrpo.rollout.adapters import (
+    AdapterFollower,
+    FollowerState,
+    Load,
+    SetPrimary,
+    decide,
+    loads_worth_doing,
+)
+from streamgrpo.rollout.errors import AdapterNotResidentError
+from streamgrpo.rollout.policy.local import LocalPolicy
+from streamgrpo.rollout.policy.tiny import build_tiny_model, build_tiny_tokenizer
+
+
+def published(version: int, uri: str = "/nowhere", sha: str = "0" * 64, name: str = "planner") -> R.AdapterPublished:
+    return R.AdapterPublished(envelope=R.Envelope.new("trainer"), adapter_name=name, version=version, uri=uri,
+                              sha256=sha, base_model="in-process", trainer_step=version, lineage=[])
+
+
+def promoted(version: int, previous: int = 0) -> R.AdapterPromoted:
+    return R.AdapterPromoted(envelope=R.Envelope.new("streams"), adapter_name="planner", version=version,
+                             previous_version=previous, reason="canary won")
+
+
+def rolled_back(version: int, restored: int) -> R.AdapterRolledBack:
+    return R.AdapterRolledBack(envelope=R.Envelope.new("streams"), adapter_name="planner", version=version,
+                               restored_version=restored, reason="canary lost")
+
+
+def test_decide_loads_once_per_version_and_tracks_primary() -> None:
+    state, action = decide(FollowerState(), published(1))
+    assert isinstance(action, Load) and action.announcement.version == 1
+    state, again = decide(state, published(1))  # redelivery
+    assert again is None
+    state, action = decide(state, promoted(1))
+    assert action == SetPrimary("planner", 1)
+    state, action = decide(state, rolled_back(2, restored=1))
+    assert action is None and state.primary == {"planner": 1}
+    state, action = decide(state, rolled_back(1, restored=0))
+    assert action == SetPrimary("planner", 0)
+    _, ignored = decide(state, published(9, name="other"), follow="planner")
+    assert ignored is None
+
+
+def test_replay_loads_only_newest_and_primary() -> None:
+    state, actions = FollowerState(), []
+    for event in [published(1), published(2), promoted(2), published(3), published(4), published(5)]:
+        state, action = decide(state, event)
+        if action is not None:
+            actions.append(action)
+    kept = loads_worth_doing(actions, state.primary, keep_last=2)
+    assert [a.announcement.version for a in kept if isinstance(a, Load)] == [2, 4, 5]
+    assert SetPrimary("planner", 2) in kept
+
+
+def _adapter(tmp: Path, seed: int) -> tuple[Path, str]:
+    from peft import LoraConfig, get_peft_model
+
+    from streamgrpo.trainer.adapter_store import sha256_dir
+
+    base = build_tiny_model()  # reseeds torch itself
+    torch.manual_seed(seed)
+    model = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    out = tmp / f"v{seed}"
+    model.save_pretrained(str(out))
+    return out, sha256_dir(out)
+
+
+def test_follower_verifies_refuses_and_loads_on_demand(tmp_path: Path) -> None:
+    policy = LocalPolicy.from_model(build_tiny_model(), build_tiny_tokenizer(), keep_last=1)
+    follower = AdapterFollower(policy, keep_last=1)
+    good1, sha1 = _adapter(tmp_path, 1)
+    good2, sha2 = _adapter(tmp_path, 2)
+    follower.handle_batch([published(1, str(good1), sha1), published(2, good2.as_uri(), sha2)])
+    assert policy.resident_versions("planner") == [2]  # v1 superseded in the same batch: not loaded
+    follower.ensure_resident("planner", 1)  # announced -> loaded on demand after verification
+    assert 1 in policy.resident_versions("planner")
+    follower.handle(published(3, str(good1), sha2))  # wrong sha for those files
+    assert follower.refused_count == 1 and "sha256" in follower.refusals[0].reason
+    assert 3 not in policy.resident_versions("planner")
+    with pytest.raises(AdapterNotResidentError):
+        follower.ensure_resident("planner", 3)
+    with pytest.raises(AdapterNotResidentError):
+        follower.ensure_resident("planner", 7)  # never announced
+    follower.handle(published(4, "s3://bucket/planner/v4", sha1))  # no fsspec / no download dir
+    assert follower.refused_count == 2
+
+
+def test_an_unreachable_backend_is_a_transient_failure_not_a_refusal(tmp_path: Path) -> None:
+    from streamgrpo.rollout.policy.vllm import VLLMPolicy
+
+    policy = VLLMPolicy("http://127.0.0.1:9/v1", "base", timeout=1.0, max_retries=0)  # discard port: refused
+    follower = AdapterFollower(policy)
+    good, sha = _adapter(tmp_path, 1)
+    follower.handle(published(1, str(good), sha))
+    assert follower.refused_count == 0 and len(follower.failures) == 1
+    assert "failed after 1 attempts" in follower.failures[0].reason
+    with pytest.raises(AdapterNotResidentError):
+        follower.ensure_resident("planner", 1)  # retried on demand (still down)
+    assert len(follower.failures) == 2

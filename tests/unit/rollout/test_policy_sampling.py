@@ -1,0 +1,41 @@
+"""Pure sampling helpers: left padding, nucleus filter, behaviour logprobs under top-p."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from streamgrpo.rollout.policy.sampling import behaviour_logprobs, left_pad, nucleus_filter, sample_step
+
+
+def test_left_pad_masks_padding_and_counts_positions_from_first_real_token() -> None:
+    ids, mask, pos = left_pad([[5, 6, 7], [9]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 9]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert pos.tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+def test_nucleus_filter_keeps_smallest_set_reaching_top_p() -> None:
+    lp = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = nucleus_filter(lp, 0.8).isfinite().tolist()[0]
+    assert kept == [True, True, False, False]
+    assert nucleus_filter(lp, 0.1).isfinite().tolist()[0] == [True, False, False, False]
+    assert torch.equal(nucleus_filter(lp, 1.0), lp)
+
+
+def test_recorded_logprob_is_the_full_temperature_scaled_distribution_even_with_top_p() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, -3.0]] * 64)
+    gen = torch.Generator().manual_seed(0)
+    tokens, lps = sample_step(logits, temperature=0.7, top_p=0.6, generator=gen)
+    full = torch.log_softmax(logits[0] / 0.7, dim=-1)
+    assert set(tokens.tolist()) <= {0, 1}  # only the nucleus is sampled
+    for t, lp in zip(tokens.tolist(), lps.tolist(), strict=True):
+        assert math.isclose(lp, full[t].item(), abs_tol=1e-6)  # not renormalised over the nucleus
+
+
+def test_greedy_uses_untempered_logprobs() -> None:
+    logits = torch.tensor([[0.1, 3.0, 0.2]])
+    tokens, lps = sample_step(logits, temperature=0.0, top_p=1.0, generator=None)
+    assert tokens.tolist() == [1]
+    assert math.isclose(lps.item(), behaviour_logprobs(logits, 1.0)[0, 1].item(), abs_tol=1e-7)
