@@ -46,6 +46,9 @@ class EventProducer:
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,
+                # murmur2: the partitioner of the Java client, aiokafka and Faust, so records keyed by
+                # group_id land on the same partition whichever client produced them (co-partitioning).
+                "partitioner": "murmur2_random",
                 "message.timeout.ms": 60_000,
             },
         )

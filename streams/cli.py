@@ -1,0 +1,113 @@
+"""Commands ``streamgrpo streams`` (run a Faust worker) and ``streamgrpo analyse`` (DuckDB over the archive).
+
+The worker is started programmatically (``faust.Worker(app).execute_from_commandline()``) on an app
+built by :func:`~streamgrpo.streams.app.create_app` from the layered settings; there is no
+module-level app and no ``faust -A``. Several workers with the same app id share the partitions.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+STREAMS_EPILOG = """\b
+Agents (--only): fanout (tasks -> rollout-requests, admission/pacing), window (rewards + planner
+actions + rollouts -> groups + training-samples), metrics (rewards -> reward-metrics, Prometheus),
+ab (canary promote/rollback on adapter-events), archive (every topic -> Parquet for `analyse`).
+
+\b
+Settings: section [streams] of the TOML file, env STREAMGRPO_STREAMS__<FIELD>
+(e.g. STREAMGRPO_STREAMS__ESTIMATOR=rloo, STREAMGRPO_STREAMS__GROUP_TIMEOUT_S=120).
+"""
+
+
+def _settings(ctx: click.Context, **overrides: Any) -> tuple[Any, Any]:
+    from streamgrpo.config import KafkaSettings, load
+    from streamgrpo.streams.config import StreamsSettings
+
+    path = (ctx.obj or {}).get("config_path")
+    kafka_over: dict[str, Any] = {k: overrides.pop(k) for k in ("bootstrap", "topic_prefix") if k in overrides}
+    kafka = load(KafkaSettings, "kafka", path=path, overrides=kafka_over)
+    if not kafka.bootstrap:
+        from streamgrpo.topics.clients import bootstrap
+
+        kafka = kafka.model_copy(update={"bootstrap": bootstrap(kafka)})
+    return load(StreamsSettings, "streams", path=path, overrides=overrides), kafka
+
+
+@click.command(epilog=STREAMS_EPILOG)
+@click.option("--only", default=None, help="Comma-separated agents to run (default: all, or streams.agents).")
+@click.option("--bootstrap", default=None, help="Kafka host:port (default: kafka.bootstrap or the embedded broker).")
+@click.option("--topic-prefix", default=None, help="Prefix of every topic name (isolates runs on one cluster).")
+@click.option("--estimator", default=None, help="Advantage estimator: grpo, dr_grpo or rloo.")
+@click.option("--group-timeout", "group_timeout_s", type=float, default=None, help="Seconds before an incomplete group times out.")
+@click.option("--partial-policy", type=click.Choice(["score", "drop"]), default=None, help="What a timed-out group does.")
+@click.option("--processing-guarantee", type=click.Choice(["at_least_once", "exactly_once"]), default=None,
+              help="Faust guarantee; exactly_once needs Apache Kafka (not the embedded broker).")
+@click.option("--archive-dir", type=click.Path(file_okay=False), default=None, help="Parquet archive root.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Faust data directory.")
+@click.option("--loglevel", default="warning", show_default=True, help="Faust worker log level.")
+@click.pass_context
+def streams(ctx: click.Context, only: str | None, loglevel: str, **opts: Any) -> None:
+    """Run one Faust worker with all stream processors, or the subset named by --only.
+
+    Start several workers with the same settings to scale: they share the consumer group and split
+    the partitions (tables follow their partitions through the changelog topics).
+    """
+    import faust
+
+    from streamgrpo.streams.app import create_app
+
+    if only:
+        opts["agents"] = [a.strip() for a in only.split(",") if a.strip()]
+    settings, kafka = _settings(ctx, **opts)
+    app = create_app(settings, kafka)
+    worker = faust.Worker(app, loglevel=loglevel, override_logging=False, quiet=True, redirect_stdouts=False)
+    worker.execute_from_commandline()
+
+
+@click.command()
+@click.argument("sql")
+@click.option("--archive-dir", type=click.Path(file_okay=False), default=None,
+              help="Archive root (default: streams.archive_dir).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="Output format.")
+@click.pass_context
+def analyse(ctx: click.Context, sql: str, archive_dir: str | None, fmt: str) -> None:
+    """Run SQL over the Parquet archive with DuckDB. Each archived topic is a view named after it
+    (dashes become underscores: training_samples, reward_metrics...), de-duplicated by event_id.
+
+    \b
+    Example: streamgrpo analyse "SELECT adapter_version, avg(score) FROM rewards GROUP BY 1"
+    """
+    from streamgrpo.config import load
+    from streamgrpo.streams.archive import query
+    from streamgrpo.streams.config import StreamsSettings
+
+    settings = load(StreamsSettings, "streams", path=(ctx.obj or {}).get("config_path"),
+                    overrides={"archive_dir": archive_dir})
+    columns, rows = query(settings.archive_dir, sql)
+    _print(columns, rows, fmt)
+
+
+def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
+    if fmt == "json":
+        import json
+
+        for row in rows:
+            click.echo(json.dumps(dict(zip(columns, row, strict=True)), default=str))
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(columns)
+        w.writerows(rows)
+    else:
+        cells: list[list[str]] = [list(columns)] + [[str(v) for v in r] for r in rows]
+        widths = [max(len(str(c[i])) for c in cells) for i in range(len(columns))]
+        for i, line in enumerate(cells):
+            click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)))
+            if i == 0:
+                click.echo("  ".join("-" * w for w in widths))

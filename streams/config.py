@@ -1,0 +1,104 @@
+"""Settings of the stream processors (section ``[streams]``; env ``STREAMGRPO_STREAMS__<FIELD>``).
+
+One flat model so every field has a one-to-one environment variable. Kafka connection settings
+live in :class:`streamgrpo.config.KafkaSettings` (section ``[kafka]``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from streamgrpo.config import StrictModel
+
+AGENT_NAMES = ("fanout", "window", "metrics", "ab", "archive")
+
+
+class StreamsSettings(StrictModel):
+    """Everything the Faust worker of ``streamgrpo streams`` needs besides the broker address."""
+
+    # -- app ---------------------------------------------------------------------------------------
+    app_id: str = Field("streamgrpo-streams", description="Faust app id = consumer group; the topic prefix is prepended.")
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once",
+        description="Faust processing guarantee. exactly_once uses Kafka transactions (Apache Kafka only: the "
+        "embedded Tansu broker does not isolate aborted transactions; correctness never depends on it).",
+    )
+    data_dir: Path = Field(Path.home() / ".streamgrpo" / "streams", description="Faust data directory.")
+    web_enabled: bool = Field(False, description="Run Faust's web server (health, tables).")
+    web_port: int = Field(6066, ge=1, le=65535, description="Port of Faust's web server when enabled.")
+    standby_replicas: int = Field(0, ge=0, le=3, description="Faust table standby replicas.")
+    commit_interval_s: float = Field(1.0, gt=0, le=60, description="How often Faust commits consumer offsets.")
+    rebalance_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Consumer group rebalance timeout. The embedded Tansu broker waits this "
+        "long on every group join, so keep it short there; raise it for slow agents on Apache Kafka.",
+    )
+    fetch_max_wait_ms: int = Field(
+        100, ge=1, le=5000, description="Longest a consumer fetch waits for data. The embedded Tansu broker "
+        "does not answer a waiting fetch early, so this bounds per-hop latency there; 500+ is fine on Apache Kafka.",
+    )
+    session_timeout_s: float = Field(30.0, gt=0, le=600, description="Consumer group session timeout.")
+    agents: list[str] = Field(
+        list(AGENT_NAMES), description=f"Agents this worker runs (subset of {', '.join(AGENT_NAMES)})."
+    )
+    # -- fan-out and admission ---------------------------------------------------------------------
+    adapter_name: str = Field("planner", description="Adapter (LoRA) name the planner is trained under.")
+    max_turns: int = Field(6, ge=1, le=64, description="Planner turn budget written into each RolloutRequest.")
+    temperature: float = Field(1.0, ge=0, le=5, description="Sampling temperature of rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling p of rollouts.")
+    max_new_tokens: int = Field(96, ge=1, le=8192, description="Token budget of one planner action.")
+    max_groups_in_flight: int = Field(
+        64, ge=1, description="Admission bound: groups requested but not yet closed (seen on `groups`)."
+    )
+    max_staleness: int = Field(
+        2, ge=0, description="Admission bound: how many adapter versions rollouts may run ahead of the trainer."
+    )
+    groups_per_version: int = Field(
+        0, ge=0, description="Groups the trainer consumes per adapter version (0 disables the staleness bound)."
+    )
+    admission_poll_s: float = Field(0.2, gt=0, le=60, description="How often a blocked fan-out re-checks admission.")
+    # -- advantage window --------------------------------------------------------------------------
+    estimator: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo or rloo.")
+    group_timeout_s: float = Field(
+        300.0, gt=0, description="A group still missing rewards this long after its first event is timed out."
+    )
+    partial_policy: Literal["score", "drop"] = Field(
+        "score", description="Timed-out group: score with the usable rewards that arrived, or drop it."
+    )
+    min_group_size: int = Field(2, ge=1, description="Fewest usable rewards a timed-out group is scored with.")
+    action_ttl_s: float = Field(
+        3600.0, gt=0, description="Planner actions of a closed group not completed after this long are dropped."
+    )
+    tick_interval_s: float = Field(1.0, gt=0, le=60, description="How often open groups are scanned for timeouts.")
+    # -- reward metrics ----------------------------------------------------------------------------
+    metrics_window_s: float = Field(60.0, gt=0, description="Tumbling window of reward metrics, seconds.")
+    success_threshold: float = Field(0.5, description="A reward counts as a success when score >= this.")
+    prometheus_port: int | None = Field(None, ge=1, le=65535, description="Expose Prometheus metrics here (unset: off).")
+    # -- A/B controller ----------------------------------------------------------------------------
+    canary_share: float = Field(
+        0.0, ge=0, le=1, description="Share of groups served by the newest published adapter (0: no canary, "
+        "every published adapter becomes primary at once)."
+    )
+    ab_min_groups: int = Field(8, ge=1, description="Groups each arm needs before a promote/rollback decision.")
+    ab_min_gain: float = Field(0.0, description="Canary mean reward - primary mean reward needed to promote.")
+    ab_max_loss: float = Field(0.05, ge=0, description="Roll back when the canary is worse than primary by more.")
+    # -- archive -----------------------------------------------------------------------------------
+    archive_dir: Path = Field(Path.home() / ".streamgrpo" / "archive", description="Parquet archive root.")
+    archive_roll_records: int = Field(1000, ge=1, description="Roll a Parquet file after this many records.")
+    archive_roll_s: float = Field(30.0, gt=0, description="Roll a Parquet file after this many seconds.")
+
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _split_agents(cls, value: object) -> object:
+        """Accept ``"fanout,window"`` (environment variables) as well as a list."""
+        return [a.strip() for a in value.split(",") if a.strip()] if isinstance(value, str) else value
+
+    @field_validator("agents")
+    @classmethod
+    def _known_agents(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(AGENT_NAMES))
+        if unknown:
+            raise ValueError(f"unknown agents {unknown}; choose from {', '.join(AGENT_NAMES)}")
+        return value

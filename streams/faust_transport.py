@@ -1,0 +1,54 @@
+"""The Faust transport used by streamgrpo: faust's aiokafka driver with a configurable fetch wait.
+
+Why: Faust 0.15 hard-codes ``fetch_max_wait_ms=1500`` for its worker consumer. Apache Kafka answers
+a waiting fetch as soon as data arrives, so the value only bounds idle polling there; the embedded
+Tansu broker does NOT wake a waiting fetch, so every hop would cost up to 1.5 s of latency.
+:data:`SCHEME` (``streamgrpo-kafka://``) selects this driver; its consumer thread sets aiokafka's
+fetch wait from ``StreamsSettings.fetch_max_wait_ms``.
+
+This is the one adaptation of a third-party internal in streams/: it sets the private attribute
+``AIOKafkaConsumer._fetch_max_wait_ms`` (read by ``AIOKafkaConsumer.start()``) before the consumer
+starts, and is guarded by :data:`SUPPORTED` plus ``tests/unit/streams/test_streams_transport.py``,
+which fails when faust or aiokafka change what it relies on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiokafka
+import faust
+from faust.transport import drivers
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+SCHEME = "streamgrpo-kafka"
+#: (faust, aiokafka) version prefixes this adaptation was checked against.
+SUPPORTED = (("0.15",), ("0.11", "0.12", "0.13", "0.14"))
+
+
+def supported() -> bool:
+    return faust.__version__.startswith(SUPPORTED[0]) and aiokafka.__version__.startswith(SUPPORTED[1])
+
+
+class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        ctx = getattr(self.app, "streamgrpo", None)
+        if ctx is not None and supported():
+            consumer._fetch_max_wait_ms = ctx.settings.fetch_max_wait_ms
+        return consumer
+
+
+class Consumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
+        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class Transport(faust_aiokafka.Transport):
+    Consumer = Consumer
+
+
+def register() -> str:
+    """Make ``streamgrpo-kafka://`` resolve to :class:`Transport` (idempotent); returns the scheme."""
+    drivers.TRANSPORTS.aliases.setdefault(SCHEME, f"{__name__}:Transport")
+    return SCHEME

@@ -1,0 +1,136 @@
+"""Reward metrics per adapter version in tumbling windows (+ Prometheus), as a pure aggregator + thin agent.
+
+:class:`RewardWindows` buckets Rewards by (adapter name, adapter version, window start) using the
+reward's ``event_time``; :meth:`RewardWindows.flush` returns a RewardMetrics for every window that
+ended at least ``grace_s`` ago: count, mean reward, success rate (``score >= threshold``; ERROR
+rewards count as failures with their score), mean turns and summed tool calls.
+
+The agent consumes ``rewards`` (dedup by event id within the open windows), a timer flushes closed
+windows to ``reward-metrics``, and when ``prometheus_port`` is set a prometheus_client HTTP server
+exposes ``streamgrpo_reward_mean{adapter_version}``, ``streamgrpo_reward_success_rate``,
+``streamgrpo_rewards_total{adapter_version,status}`` and ``streamgrpo_streams_events_total{what}``.
+
+What is not covered: windows are per worker process and in memory. With several workers each one
+reports over its own partitions (merge downstream, weighted by ``count``); a crash loses the open
+windows' partial sums. Metrics are observability, never inputs to training.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from streamgrpo.avro import records as R
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Bucket:
+    count: int = 0
+    score_sum: float = 0.0
+    successes: int = 0
+    turns_sum: int = 0
+    tools: Counter[str] = field(default_factory=Counter)
+    seen: set[str] = field(default_factory=set)
+
+
+@dataclass
+class RewardWindows:
+    window_s: float
+    success_threshold: float
+    grace_s: float = 2.0
+    buckets: dict[tuple[str, int, float], _Bucket] = field(default_factory=dict)
+
+    def add(self, reward: R.Reward) -> bool:
+        """Add a reward to its window; False for a duplicate (same event id in an open window)."""
+        t = reward.envelope.event_time.timestamp()
+        start = t - (t % self.window_s)
+        b = self.buckets.setdefault((reward.adapter_name, int(reward.adapter_version), start), _Bucket())
+        if reward.event_id in b.seen:
+            return False
+        b.seen.add(reward.event_id)
+        b.count += 1
+        b.score_sum += reward.score
+        b.successes += int(reward.status == R.RewardStatus.OK and reward.score >= self.success_threshold)
+        b.turns_sum += reward.turns
+        b.tools.update(reward.tool_calls)
+        return True
+
+    def flush(self, now: float) -> list[R.RewardMetrics]:
+        """RewardMetrics of every window with ``end + grace <= now`` (removed from the open set)."""
+        out = []
+        for key in sorted(k for k in self.buckets if k[2] + self.window_s + self.grace_s <= now):
+            name, version, start = key
+            b = self.buckets.pop(key)
+            out.append(R.RewardMetrics(
+                envelope=R.Envelope.new("streams"), adapter_name=name, adapter_version=version,
+                window_start=_dt(start), window_end=_dt(start + self.window_s), count=b.count,
+                mean_reward=b.score_sum / b.count, success_rate=b.successes / b.count,
+                mean_turns=b.turns_sum / b.count, tool_calls=dict(b.tools),
+            ))
+        return out
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(round(ts, 3), timezone.utc)
+
+
+class Prometheus:
+    """prometheus_client metrics in a private registry (no-op when the package is missing or port unset)."""
+
+    def __init__(self, port: int | None) -> None:
+        self.enabled = False
+        if port is None:
+            return
+        try:
+            import prometheus_client as pc
+        except ModuleNotFoundError:
+            log.warning("prometheus_client is not installed; Prometheus metrics are off")
+            return
+        reg = pc.CollectorRegistry()
+        self.mean = pc.Gauge("streamgrpo_reward_mean", "Mean reward of the last closed window", ["adapter_version"], registry=reg)
+        self.success = pc.Gauge("streamgrpo_reward_success_rate", "Success rate of the last closed window",
+                                ["adapter_version"], registry=reg)
+        self.rewards = pc.Counter("streamgrpo_rewards_total", "Rewards seen", ["adapter_version", "status"], registry=reg)
+        self.events = pc.Gauge("streamgrpo_streams_events_total", "Stream-processor counters", ["what"], registry=reg)
+        pc.start_http_server(port, registry=reg)
+        self.enabled = True
+
+    def on_reward(self, r: R.Reward) -> None:
+        if self.enabled:
+            self.rewards.labels(str(r.adapter_version), r.status.value).inc()
+
+    def on_metrics(self, m: R.RewardMetrics, counters: Counter[str]) -> None:
+        if self.enabled:
+            self.mean.labels(str(m.adapter_version)).set(m.mean_reward)
+            self.success.labels(str(m.adapter_version)).set(m.success_rate)
+            for what, n in counters.items():
+                self.events.labels(what).set(n)
+
+
+def register(ctx: Any) -> None:
+    import time
+
+    s = ctx.settings
+    windows = RewardWindows(s.metrics_window_s, s.success_threshold)
+    prom = Prometheus(s.prometheus_port)
+
+    async def metrics_agent(stream: Any) -> None:
+        async for ev in stream.events():
+            reward = await ctx.decode(ev, (R.Reward,))
+            if reward is not None and windows.add(reward):
+                prom.on_reward(reward)
+
+    async def flush_metrics() -> None:
+        for m in windows.flush(time.time()):
+            prom.on_metrics(m, ctx.counters)
+            await ctx.send(m)
+            ctx.count("metrics.windows")
+
+    ctx.app.agent(ctx.topics["rewards"], name="streamgrpo.metrics")(metrics_agent)
+    ctx.app.timer(min(1.0, s.metrics_window_s), name="streamgrpo.metrics.flush")(flush_metrics)
+    ctx.reward_windows = windows

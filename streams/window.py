@@ -1,0 +1,210 @@
+"""Advantage window + sample assembly agent (Faust wiring around ``window_core`` and ``samples``).
+
+One agent consumes ``rewards``, ``planner-actions`` and ``rollouts`` (all keyed by group_id, so a
+whole group lives on one partition) plus an internal ``streams-window-ticks`` topic. Two tables,
+changelogged by Faust and partitioned like the inputs:
+- ``window-groups``: group_id -> :class:`GroupState` (rewards, turn bookkeeping, advantages);
+- ``window-actions``: ``rollout_id/turn`` -> the planner turn's token ids and logprobs.
+
+A timer scans open groups of the partitions this worker owns and sends a tick (key group_id, the
+group's partition) for every group past ``group_timeout_s`` or past ``action_ttl_s`` after closing;
+the agent handles the tick inside stream iteration, where tables may be written.
+
+Delivery: at-least-once. Samples and GroupClosed are sent and their delivery awaited BEFORE the
+table records them as emitted, so a crash can repeat an emission but never lose one; repeats carry
+the same deterministic id (``derived_id("sample", rollout_id)``) and the trainer drops them by id.
+Counted (``ctx.counters``): ``groups.<reason>``, ``rewards.duplicate``, ``actions.expired``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from streamgrpo.avro import records as R
+from streamgrpo.streams import ids
+from streamgrpo.streams import window_core as W
+from streamgrpo.streams.advantages import build_estimator
+from streamgrpo.streams.app import StreamsContext
+from streamgrpo.streams.samples import StoredTurn, action_key, build_sample, ready_rollouts
+from streamgrpo.topics.catalog import spec
+
+log = logging.getLogger(__name__)
+TICKS = "streams-window-ticks"
+#: turns probed when deleting a rollout's actions whose turn count is unknown
+MAX_TURN_PROBE = 64
+
+
+class Window:
+    """State and handlers of the window agent (one per worker)."""
+
+    def __init__(self, ctx: StreamsContext) -> None:
+        s = ctx.settings
+        self.ctx = ctx
+        self.policy = W.WindowPolicy(s.estimator, build_estimator(s.estimator), s.group_timeout_s,
+                                     s.partial_policy, s.min_group_size)
+        parts = spec("rewards").partitions
+        schema: Any = faust.Schema(key_serializer="json", value_serializer="json")
+        self.groups = ctx.app.Table("window-groups", default=None, partitions=parts, schema=schema)
+        self.actions = ctx.app.Table("window-actions", default=None, partitions=parts, schema=schema)
+        self.ticks = ctx.topic(TICKS, internal=True, partitions=parts)
+        self.source = ctx.topic("rewards", "planner-actions", "rollouts", TICKS, internal=True, partitions=parts)
+        self.ticked: dict[str, float] = {}
+
+    # -- state access -----------------------------------------------------------------------------
+    def _load(self, group_id: str) -> W.GroupState | None:
+        raw = self.groups.get(group_id)
+        return W.GroupState.from_dict(raw) if raw else None
+
+    def _state_for(self, event: R.Event, expected: int, partition: int) -> W.GroupState:
+        env = event.envelope
+        state = self._load(env.group_id or "")
+        return state or W.new_state(env.group_id or "", env.task_id, expected, time.time(), partition)
+
+    # -- handlers ---------------------------------------------------------------------------------
+    async def on_record(self, ev: Any) -> None:
+        topic = ev.message.topic
+        if topic == self.ctx.name(TICKS):
+            await self.on_tick((ev.key or b"").decode())
+            return
+        event = await self.ctx.decode(ev, (R.Reward, R.PlannerAction, R.RolloutCompleted))
+        if event is None:
+            return
+        if not event.envelope.group_id or not event.envelope.rollout_id:
+            await self.ctx.dead_letter(topic, ev.message.partition, ev.message.offset, ev.key, ev.value,
+                                       "missing_ids", f"{type(event).__name__} without group_id/rollout_id")
+            return
+        partition = ev.message.partition
+        known = self._load(event.envelope.group_id)
+        if isinstance(event, R.PlannerAction):
+            await self.on_action(known or self._new(event, 0, partition), event, changed=known is None)
+            return
+        state = known or self._new(event, int(event.group_size), partition)
+        if isinstance(event, R.Reward):
+            state, accepted = W.add_reward(state, event)
+            if not accepted:
+                self.ctx.count("rewards.duplicate_or_late")
+        else:
+            before = len(state.turns_expected)
+            state = W.add_completed(state, event)
+            accepted = len(state.turns_expected) > before
+        await self._advance(state, changed=accepted or known is None)
+
+    def _new(self, event: R.Event, expected: int, partition: int) -> W.GroupState:
+        env = event.envelope
+        return W.new_state(env.group_id or "", env.task_id, expected, time.time(), partition)
+
+    async def on_action(self, state: W.GroupState, action: R.PlannerAction, changed: bool) -> None:
+        """Store the turn (once) while it can still be trained on; only the first event of a group, or
+        an action that completes a closed group's rollout, writes the group state."""
+        rollout = action.envelope.rollout_id or ""
+        if W.wants_action(state, rollout):
+            key = action_key(rollout, int(action.envelope.turn or 0))
+            if self.actions.get(key) is None:
+                self.actions[key] = StoredTurn.from_action(action).to_dict()
+        else:
+            self.ctx.count("actions.ignored")
+        if changed or state.closed:
+            await self._advance(state, changed)
+
+    async def on_tick(self, group_id: str) -> None:
+        state = self._load(group_id)
+        if state is None:
+            return
+        if W.expired(state, time.time(), self.ctx.settings.action_ttl_s):
+            self.ctx.count("actions.expired", self._drop_actions(state, self._rollouts(state)))
+            del self.groups[group_id]
+            self.ticked.pop(group_id, None)
+            return
+        await self._advance(state, changed=False)
+
+    def _has_turn(self, rollout: str, turn: int) -> bool:
+        return self.actions.get(action_key(rollout, turn)) is not None
+
+    async def _advance(self, state: W.GroupState, changed: bool) -> None:
+        """Close the group if due, emit every ready sample, then persist the state (when it changed)."""
+        state, closed = W.maybe_close(state, self.policy, time.time())
+        futures = []
+        if closed is not None:
+            self.ctx.count(f"groups.{closed.reason}")
+            log.debug("group %s closed: %s (%s)", state.group_id, closed.status.value, closed.reason)
+            futures.append(await self.ctx.send(closed))
+            self._drop_actions(state, [r for r in self._rollouts(state) if r not in state.advantages])
+        ready = ready_rollouts(state, self._has_turn)
+        for rollout in ready:
+            turns = [StoredTurn.from_dict(self.actions[action_key(rollout, t)])
+                     for t in range(1, state.turns_expected[rollout] + 1)]
+            futures.append(await self.ctx.send(build_sample(state, rollout, turns)))
+        if futures:
+            await asyncio.gather(*futures)  # delivered before the table says "emitted"
+        if ready:
+            self.ctx.count("samples.emitted", len(ready))
+            state.emitted = [*state.emitted, *ready]
+            self._drop_actions(state, ready)
+        if changed or closed is not None or ready:
+            self.groups[state.group_id] = state.to_dict()
+
+    def _rollouts(self, state: W.GroupState) -> list[str]:
+        """Every rollout id the group may have actions for."""
+        out = {ids.rollout_id(state.group_id, i) for i in range(state.expected)}
+        return sorted(out | set(state.rewards) | set(state.turns_expected))
+
+    def _drop_actions(self, state: W.GroupState, rollouts: list[str]) -> int:
+        """Delete the stored turns of ``rollouts``; returns how many were deleted."""
+        dropped = 0
+        for rollout in rollouts:
+            last = max(state.turns_expected.get(rollout, 0), MAX_TURN_PROBE)
+            for turn in range(0, last + 1):
+                key = action_key(rollout, turn)
+                if self.actions.get(key) is not None:
+                    del self.actions[key]
+                    dropped += 1
+        return dropped
+
+    # -- timer ------------------------------------------------------------------------------------
+    def due_ticks(self, now: float) -> list[tuple[str, int]]:
+        """Groups of this worker's partitions that are due for a timeout or retention check."""
+        actives = self.ctx.app.assignor.assigned_actives()
+        rewards = self.ctx.name("rewards")
+        out = []
+        for key, raw in list(self.groups.items()):
+            if not raw or TP(rewards, raw["partition"]) not in actives:
+                continue
+            if raw["closed"]:
+                due = now - (raw["closed_at"] or now) >= self.ctx.settings.action_ttl_s
+            else:
+                due = now - raw["first_seen"] >= self.policy.timeout_s
+            if due and now - self.ticked.get(key, 0.0) >= self.ctx.settings.tick_interval_s * 5:
+                self.ticked[key] = now
+                out.append((key, raw["partition"]))
+        return out
+
+    async def send_ticks(self) -> None:
+        for group_id, partition in self.due_ticks(time.time()):
+            await self.ticks.send(key=group_id.encode(), value=b"tick", partition=partition, force=True)
+
+
+def register(ctx: StreamsContext) -> Window:
+    window = Window(ctx)
+
+    async def window_agent(stream: Any) -> None:
+        busy, n, since = 0.0, 0, time.monotonic()
+        async for ev in stream.events():
+            t0 = time.monotonic()
+            await window.on_record(ev)
+            busy += time.monotonic() - t0
+            n += 1
+            if n == 1000:
+                log.info("window: 1000 records in %.2fs (%.2fs in handlers); counters %s",
+                         time.monotonic() - since, busy, dict(ctx.counters))
+                busy, n, since = 0.0, 0, time.monotonic()
+
+    ctx.app.agent(window.source, name="streamgrpo.window")(window_agent)
+    ctx.app.timer(ctx.settings.tick_interval_s, name="streamgrpo.window.ticks")(window.send_ticks)
+    ctx.window = window  # type: ignore[attr-defined]
+    return window

@@ -1,0 +1,169 @@
+"""Advantage window of one group, as pure functions on a :class:`GroupState` (no I/O, no clock).
+
+A group collects one Reward per rollout (deduplicated by event id and by rollout id). It closes:
+- COMPLETE when every one of its ``expected`` rollouts has a reward (usable or not);
+- TIMED_OUT when ``now - first_seen >= timeout``: with policy ``score`` it is scored with the usable
+  rewards that arrived if there are at least ``min_group_size``; with ``drop`` (or too few) it does
+  not train. Either way a GroupClosed lists ``missing_rollout_ids``.
+
+ERROR rewards count as arrived (they complete the group) but are unusable: they get no advantage and
+their rollout yields no TrainingSample. A zero-variance group (all usable rewards equal) closes with
+``trains=False, reason="zero_variance"`` and yields no samples.
+
+The state also records how many planner turns each rollout took (from RolloutCompleted), so
+:mod:`streamgrpo.streams.samples` can tell when a rollout's sample is complete. What is not covered:
+the planner actions themselves (the caller keeps them, keyed by rollout and turn, and answers
+"has turn t of rollout r arrived?").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from streamgrpo.avro import records as R
+from streamgrpo.streams import ids
+from streamgrpo.streams.advantages import Estimator
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """How groups close (from :class:`~streamgrpo.streams.config.StreamsSettings`)."""
+
+    estimator_name: str
+    estimator: Estimator
+    timeout_s: float
+    partial_policy: str  # "score" | "drop"
+    min_group_size: int
+
+
+@dataclass(frozen=True)
+class RewardEntry:
+    event_id: str
+    score: float
+    usable: bool
+    adapter_name: str
+    adapter_version: int
+
+
+@dataclass
+class GroupState:
+    """Everything the window knows about one group. Stored as a dict in a Faust table."""
+
+    group_id: str
+    task_id: str | None
+    expected: int
+    first_seen: float
+    partition: int
+    rewards: dict[str, RewardEntry] = field(default_factory=dict)
+    turns_expected: dict[str, int] = field(default_factory=dict)
+    closed: bool = False
+    closed_at: float | None = None
+    trains: bool = False
+    advantages: dict[str, float] = field(default_factory=dict)
+    mean: float = 0.0
+    std: float = 0.0
+    size: int = 0
+    estimator: str = ""
+    emitted: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GroupState:
+        d = dict(d)
+        d["rewards"] = {k: RewardEntry(**v) for k, v in d.get("rewards", {}).items()}
+        return cls(**d)
+
+
+def new_state(group_id: str, task_id: str | None, expected: int, now: float, partition: int) -> GroupState:
+    return GroupState(group_id=group_id, task_id=task_id, expected=expected, first_seen=now, partition=partition)
+
+
+def add_reward(state: GroupState, reward: R.Reward) -> tuple[GroupState, bool]:
+    """Record ``reward``; returns (state, accepted). Duplicates and late rewards are not accepted."""
+    rollout = reward.envelope.rollout_id or ""
+    known_ids = {e.event_id for e in state.rewards.values()}
+    if state.closed or rollout in state.rewards or reward.event_id in known_ids:
+        return state, False
+    entry = RewardEntry(
+        event_id=reward.event_id,
+        score=float(reward.score),
+        usable=reward.status == R.RewardStatus.OK,
+        adapter_name=reward.adapter_name,
+        adapter_version=int(reward.adapter_version),
+    )
+    expected = max(state.expected, int(reward.group_size))
+    return replace(state, rewards={**state.rewards, rollout: entry}, expected=expected), True
+
+
+def add_completed(state: GroupState, done: R.RolloutCompleted) -> GroupState:
+    rollout = done.envelope.rollout_id or ""
+    if rollout in state.turns_expected:
+        return state
+    expected = max(state.expected, int(done.group_size))
+    return replace(state, turns_expected={**state.turns_expected, rollout: int(done.turns)}, expected=expected)
+
+
+def wants_action(state: GroupState, rollout: str) -> bool:
+    """Whether a planner action of ``rollout`` can still end up in a TrainingSample."""
+    if rollout in state.emitted:
+        return False
+    return not state.closed or (state.trains and rollout in state.advantages)
+
+
+def missing_rollouts(state: GroupState) -> list[str]:
+    return [r for r in (ids.rollout_id(state.group_id, i) for i in range(state.expected)) if r not in state.rewards]
+
+
+def _close(state: GroupState, status: R.GroupStatus, policy: WindowPolicy, now: float) -> tuple[GroupState, R.GroupClosed]:
+    usable = [(rid, e.score) for rid, e in state.rewards.items() if e.usable]
+    scores = [s for _, s in usable]
+    trains, reason, advantages = False, "", {}
+    mean = std = 0.0
+    if scores:
+        result = policy.estimator(scores)
+        mean, std = result.mean, result.std
+    if status == R.GroupStatus.TIMED_OUT and policy.partial_policy == "drop":
+        reason = "timed_out_dropped"
+    elif len(scores) < max(1, policy.min_group_size if status == R.GroupStatus.TIMED_OUT else 1):
+        reason = "too_few_rewards"
+    elif result.zero_variance:
+        reason = "zero_variance"
+    else:
+        trains = True
+        reason = "complete" if status == R.GroupStatus.COMPLETE else "timed_out_scored"
+        advantages = {rid: a for (rid, _), a in zip(usable, result.advantages, strict=True)}
+    versions = [e.adapter_version for e in state.rewards.values()]
+    closed = R.GroupClosed(
+        envelope=R.Envelope.new("streams", event_id=ids.group_closed_id(state.group_id),
+                                task_id=state.task_id, group_id=state.group_id),
+        status=status, expected=state.expected, received=len(state.rewards), reward_mean=mean,
+        reward_std=std, estimator=policy.estimator_name, trains=trains, reason=reason,
+        adapter_version=versions[0] if versions else 0, missing_rollout_ids=missing_rollouts(state),
+    )
+    new = replace(state, closed=True, closed_at=now, trains=trains, advantages=advantages, mean=mean, std=std,
+                  size=len(scores), estimator=policy.estimator_name)
+    return new, closed
+
+
+def maybe_close(state: GroupState, policy: WindowPolicy, now: float) -> tuple[GroupState, R.GroupClosed | None]:
+    """Close the group if it is complete or timed out; otherwise return it unchanged and ``None``."""
+    if state.closed:
+        return state, None
+    if state.expected > 0 and len(state.rewards) >= state.expected:
+        return _close(state, R.GroupStatus.COMPLETE, policy, now)
+    if now - state.first_seen >= policy.timeout_s:
+        return _close(state, R.GroupStatus.TIMED_OUT, policy, now)
+    return state, None
+
+
+def finished(state: GroupState) -> bool:
+    """Closed and nothing more to emit (every trainable rollout's sample is out)."""
+    return state.closed and all(r in state.emitted for r in state.advantages)
+
+
+def expired(state: GroupState, now: float, ttl_s: float) -> bool:
+    """A closed group kept longer than ``ttl_s``: forget it (and drop its unfinished actions)."""
+    return state.closed and state.closed_at is not None and now - state.closed_at >= ttl_s

@@ -1,0 +1,73 @@
+"""Reward metric windows and the Parquet archive + DuckDB views (pure / local files)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from streamgrpo.avro import records as R
+from streamgrpo.streams.archive import ArchiveWriter, flatten, query
+from streamgrpo.streams.errors import ArchiveError
+from streamgrpo.streams.metrics import RewardWindows
+
+
+def reward(score: float, version: int, t: float, turns: int = 2, status: R.RewardStatus = R.RewardStatus.OK,
+           tools: dict[str, int] | None = None) -> R.Reward:
+    env = replace(R.Envelope.new("judge", group_id="g", rollout_id=f"r{score}{t}"),
+                  event_time=datetime.fromtimestamp(t, timezone.utc))
+    return R.Reward(env, score, status, R.JudgeInfo("math", "h"), 4, "planner", version, turns,
+                    R.RolloutStatus.ANSWERED, tool_calls=tools or {})
+
+
+def test_tumbling_windows_per_version() -> None:
+    w = RewardWindows(window_s=60, success_threshold=0.5, grace_s=0)
+    w.add(reward(1.0, 1, 1000.0, turns=1, tools={"calculator": 2}))
+    w.add(reward(0.0, 1, 1010.0, turns=3, tools={"calculator": 1}))
+    r = reward(0.6, 2, 1019.0)
+    assert w.add(r) and not w.add(r)  # duplicate
+    w.add(reward(1.0, 1, 1021.0))  # next window [1020, 1080)
+    w2 = RewardWindows(window_s=60, success_threshold=0.5, grace_s=0)
+    for x in (reward(1.0, 1, 1000.0, turns=1, tools={"calculator": 2}), reward(0.0, 1, 1010.0, turns=3,
+              tools={"calculator": 1}), reward(0.6, 2, 1019.0), reward(1.0, 1, 1021.0)):
+        w2.add(x)
+    out = w2.flush(1020.0)
+    by_v = {m.adapter_version: m for m in out}
+    assert set(by_v) == {1, 2}
+    assert by_v[1].count == 2 and by_v[1].mean_reward == 0.5 and by_v[1].success_rate == 0.5
+    assert by_v[1].mean_turns == 2.0 and by_v[1].tool_calls == {"calculator": 3}
+    assert by_v[1].window_start.timestamp() == 960.0 and by_v[1].window_end.timestamp() == 1020.0
+    assert by_v[2].success_rate == 1.0
+    assert [m.count for m in w2.flush(1080.0)] == [1]
+
+
+def test_error_reward_is_a_failure() -> None:
+    w = RewardWindows(window_s=10, success_threshold=0.5, grace_s=0)
+    w.add(reward(1.0, 0, 5.0, status=R.RewardStatus.ERROR))
+    assert w.flush(100.0)[0].success_rate == 0.0
+
+
+def test_archive_roundtrip_and_dedup(tmp_path: Path) -> None:
+    w = ArchiveWriter(tmp_path, roll_records=3, roll_s=60)
+    r1, r2 = reward(1.0, 1, 1000.0), reward(0.0, 2, 1001.0)
+    w.add("rewards", r1)
+    w.add("rewards", r2)
+    assert not w.due()
+    w.add("rewards", r1)  # a redelivered duplicate
+    assert w.due() and w.flush() == 3
+    row = flatten(r1)
+    assert row["event_id"] == r1.event_id and row["score"] == 1.0 and row["group_id"] == "g"
+    cols, rows = query(tmp_path, "SELECT adapter_version, avg(score), count(*) FROM rewards GROUP BY 1 ORDER BY 1")
+    assert cols[0] == "adapter_version" and rows == [(1, 1.0, 1), (2, 0.0, 1)]
+    _, j = query(tmp_path, "SELECT json_extract_string(judge, '$.name') FROM rewards LIMIT 1")
+    assert j == [("math",)]
+
+
+def test_archive_query_errors(tmp_path: Path) -> None:
+    with pytest.raises(ArchiveError, match="does not exist"):
+        query(tmp_path / "nope", "SELECT 1")
+    tmp_path.mkdir(exist_ok=True)
+    with pytest.raises(ArchiveError, match="query failed"):
+        query(tmp_path, "SELECT * FROM no_such_view")

@@ -1,0 +1,159 @@
+"""Group window state machine and sample readiness (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamgrpo.avro import records as R
+from streamgrpo.streams import ids
+from streamgrpo.streams.advantages import build_estimator
+from streamgrpo.streams.samples import StoredTurn, build_sample, ready_rollouts
+from streamgrpo.streams.window_core import (
+    GroupState,
+    WindowPolicy,
+    add_completed,
+    add_reward,
+    expired,
+    maybe_close,
+    new_state,
+    wants_action,
+)
+
+G = ids.group_id("task-1")
+
+
+def policy(partial: str = "score", min_size: int = 2, est: str = "grpo") -> WindowPolicy:
+    return WindowPolicy(est, build_estimator(est), timeout_s=10.0, partial_policy=partial, min_group_size=min_size)
+
+
+def reward(i: int, score: float, status: R.RewardStatus = R.RewardStatus.OK, n: int = 4) -> R.Reward:
+    rid = ids.rollout_id(G, i)
+    return R.Reward(
+        envelope=R.Envelope.new("judge", event_id=R.derived_id("reward", rid), task_id="task-1", group_id=G, rollout_id=rid),
+        score=score, status=status, judge=R.JudgeInfo("math", "h"), group_size=n, adapter_name="planner",
+        adapter_version=3, turns=2, rollout_status=R.RolloutStatus.ANSWERED,
+    )
+
+
+def completed(i: int, turns: int, n: int = 4) -> R.RolloutCompleted:
+    rid = ids.rollout_id(G, i)
+    return R.RolloutCompleted(
+        envelope=R.Envelope.new("rollout", task_id="task-1", group_id=G, rollout_id=rid), question="q", source="s",
+        final_answer="a", turns=turns, status=R.RolloutStatus.ANSWERED, group_size=n, adapter_name="planner",
+        adapter_version=3, duration_ms=5,
+    )
+
+
+def fresh() -> GroupState:
+    return new_state(G, "task-1", 4, now=100.0, partition=1)
+
+
+def test_complete_group_closes_with_advantages() -> None:
+    s = fresh()
+    for i, sc in enumerate([1.0, 0.0, 0.5, 0.5]):
+        s, ok = add_reward(s, reward(i, sc))
+        assert ok
+        s2, closed = maybe_close(s, policy(), now=101.0)
+        assert (closed is None) == (i < 3)
+    s, closed = s2, closed
+    assert closed is not None and closed.status == R.GroupStatus.COMPLETE and closed.trains
+    assert closed.envelope.event_id == ids.group_closed_id(G) and closed.missing_rollout_ids == []
+    assert closed.reward_mean == pytest.approx(0.5) and closed.adapter_version == 3
+    assert s.advantages[ids.rollout_id(G, 0)] > 0 > s.advantages[ids.rollout_id(G, 1)]
+
+
+def test_duplicate_reward_dropped() -> None:
+    s, _ = add_reward(fresh(), reward(0, 1.0))
+    s, ok = add_reward(s, reward(0, 1.0))
+    assert not ok and len(s.rewards) == 1
+
+
+def test_zero_variance_group_does_not_train() -> None:
+    s = fresh()
+    for i in range(4):
+        s, _ = add_reward(s, reward(i, 1.0))
+    s, closed = maybe_close(s, policy(), now=100.0)
+    assert closed is not None and not closed.trains and closed.reason == "zero_variance"
+    assert ready_rollouts(s, lambda r, t: True) == []
+
+
+def test_error_rewards_complete_but_get_no_advantage() -> None:
+    s = fresh()
+    for i, sc in enumerate([1.0, 0.0, 0.0]):
+        s, _ = add_reward(s, reward(i, sc))
+    s, _ = add_reward(s, reward(3, 0.0, R.RewardStatus.ERROR))
+    s, closed = maybe_close(s, policy(), now=100.0)
+    assert closed is not None and closed.status == R.GroupStatus.COMPLETE and closed.received == 4
+    assert closed.trains and ids.rollout_id(G, 3) not in s.advantages and s.size == 3
+
+
+@pytest.mark.parametrize("partial,trains", [("score", True), ("drop", False)])
+def test_timeout_follows_policy_and_lists_missing(partial: str, trains: bool) -> None:
+    s = fresh()
+    s, _ = add_reward(s, reward(0, 1.0))
+    s, _ = add_reward(s, reward(2, 0.0))
+    s, closed = maybe_close(s, policy(partial), now=105.0)
+    assert closed is None
+    s, closed = maybe_close(s, policy(partial), now=110.0)
+    assert closed is not None and closed.status == R.GroupStatus.TIMED_OUT and closed.trains is trains
+    assert closed.missing_rollout_ids == [ids.rollout_id(G, 1), ids.rollout_id(G, 3)]
+    assert closed.received == 2
+    assert sorted(s.advantages) == (sorted([ids.rollout_id(G, 0), ids.rollout_id(G, 2)]) if trains else [])
+
+
+def test_timeout_with_too_few_rewards_does_not_train() -> None:
+    s, _ = add_reward(fresh(), reward(0, 1.0))
+    s, closed = maybe_close(s, policy("score", min_size=2), now=200.0)
+    assert closed is not None and not closed.trains and closed.reason == "too_few_rewards"
+
+
+def test_sample_waits_for_every_turn_and_carries_all() -> None:
+    s = fresh()
+    r0 = ids.rollout_id(G, 0)
+    arrived: set[tuple[str, int]] = {(r0, 2)}
+
+    def has_turn(r: str, t: int) -> bool:
+        return (r, t) in arrived
+
+    for i, sc in enumerate([1.0, 0.0, 0.0, 0.0]):
+        s, _ = add_reward(s, reward(i, sc))
+    s, _ = maybe_close(s, policy(), now=100.0)
+    assert wants_action(s, r0)
+    assert r0 not in ready_rollouts(s, has_turn)  # turn count unknown
+    s = add_completed(s, completed(0, turns=3))
+    assert r0 not in ready_rollouts(s, has_turn)  # 1 of 3 turns
+    arrived.add((r0, 1))
+    assert r0 not in ready_rollouts(s, has_turn)
+    arrived.add((r0, 3))
+    assert ready_rollouts(s, has_turn) == [r0]
+    turns = [StoredTurn(t, [t, t], [10 + t], [-0.5], "planner", 3) for t in (3, 1, 2)]
+    sample = build_sample(s, r0, turns)
+    assert [t.turn for t in sample.turns] == [1, 2, 3]
+    assert sample.envelope.event_id == ids.sample_id(r0) and sample.behaviour_version == 3
+    assert sample.advantage == s.advantages[r0] and sample.reward == 1.0 and sample.group_size == 4
+    s.emitted.append(r0)
+    assert ready_rollouts(s, has_turn) == [] and not wants_action(s, r0)
+
+
+def test_actions_of_untrainable_rollout_not_wanted_after_close() -> None:
+    s = fresh()
+    assert wants_action(s, ids.rollout_id(G, 0))  # open group: keep everything
+    for i in range(4):
+        s, _ = add_reward(s, reward(i, 0.0))
+    s, _ = maybe_close(s, policy(), now=100.0)
+    assert not wants_action(s, ids.rollout_id(G, 0))
+
+
+def test_state_roundtrips_through_dict() -> None:
+    s, _ = add_reward(fresh(), reward(0, 1.0))
+    s = add_completed(s, completed(0, turns=2))
+    assert GroupState.from_dict(s.to_dict()) == s
+
+
+def test_closed_group_expires_after_ttl() -> None:
+    s = fresh()
+    assert not expired(s, now=10_000.0, ttl_s=60)  # open groups time out, they do not expire
+    for i in range(4):
+        s, _ = add_reward(s, reward(i, float(i)))
+    s, _ = maybe_close(s, policy(), now=100.0)
+    assert not expired(s, now=159.0, ttl_s=60) and expired(s, now=160.0, ttl_s=60)
