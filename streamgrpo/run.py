@@ -144,16 +144,25 @@ def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
     return path
 
 
-#: Settings the run fills in (section -> key -> value template) unless the user's file sets them.
-RUN_DEFAULTS: dict[str, dict[str, str]] = {}
+#: Settings the run fills in unless the user's file sets them (strings are templates over run_dir and home).
+#: Trainer and rollout workers must share the adapter store; each run gets its own store and
+#: Faust state, while the converted model is cached once under <home>/models.
+RUN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "kafka": {"session_timeout_ms": 6000},  # the embedded broker answers joins after half of it
+    "trainer": {"store_root": "{run_dir}/adapters", "model_cache_dir": "{home}/models", "run_name": "{run_id}"},
+    "rollout": {"adapter_store": "{run_dir}/adapters", "model_cache_dir": "{home}/models"},
+    "streams": {"data_dir": "{run_dir}/streams", "archive_dir": "{run_dir}/archive"},
+}
 
 
 def merge_run_defaults(base: dict[str, Any], *, run_dir: Path, home: Path) -> dict[str, Any]:
     merged = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
     for section, values in RUN_DEFAULTS.items():
         sec = merged.setdefault(section, {})
-        for key, template in values.items():
-            sec.setdefault(key, template.format(run_dir=run_dir, home=home))
+        for key, value in values.items():
+            if isinstance(value, str):
+                value = value.format(run_dir=run_dir, home=home, run_id=run_dir.name)
+            sec.setdefault(key, value)
     return merged
 
 

@@ -92,7 +92,8 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self.owner = owner
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        await self.owner._commit_quietly()
+        if self.owner.commit_on_revoke:
+            await self.owner._commit_quietly()
         for tp in revoked:
             self.owner._pending.pop(tp, None)
 
@@ -113,6 +114,7 @@ class EventConsumer:
         from_beginning: bool = True,
         codec: Codec | None = None,
         dlq: EventProducer | None = None,
+        commit_on_revoke: bool = True,
         **aiokafka_overrides: Any,
     ) -> None:
         self.kafka = kafka
@@ -122,6 +124,9 @@ class EventConsumer:
         self.codec = codec or Codec(kafka.schema_registry_url)
         self._dlq = dlq
         self._owns_dlq = dlq is None
+        # False for consumers whose commits must wait for their own milestone (the trainer commits only
+        # after the adapter that used the records is announced): a revoke then drops, never commits.
+        self.commit_on_revoke = commit_on_revoke
         self._pending: dict[TopicPartition, int] = {}
         self._dlq_pending = False
         self.dead_lettered = 0

@@ -1,0 +1,143 @@
+"""Kill-and-resume: every training-samples offset is trained exactly once across trainer crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from streamgrpo.avro import records as R
+from streamgrpo.topics.consumer import EventConsumer, read_topic
+from streamgrpo.topics.producer import EventProducer
+from streamgrpo.trainer import adapter_store as store
+from streamgrpo.trainer.config import TrainerConfig
+from streamgrpo.trainer.loop import SAMPLES_TOPIC, SERVICE, collect, publish, resume, run_trainer, train_step
+from streamgrpo.trainer.model import tiny_model
+from streamgrpo.trainer.synthetic import make_samples
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    model, tok = tiny_model(0)
+    path = tmp_path_factory.mktemp("tiny-base-resume")
+    model.save_pretrained(path)
+    return path, model, tok
+
+
+def publish_samples(kafka, samples):
+    with EventProducer(kafka, "test") as prod:
+        for s in samples:
+            prod.send(s)
+
+
+def assert_trained_exactly_once(kafka, store_root):
+    """Union of the lineages of the announced versions == every offset of training-samples, once."""
+    events: dict[int, R.AdapterPublished] = {}
+    for r in read_topic(kafka, "adapter-events"):
+        ev = r.event
+        if isinstance(ev, R.AdapterPublished):
+            assert events.setdefault(ev.version, ev).sha256 == ev.sha256  # a re-announcement is identical
+    versions = sorted(events)
+    assert versions == list(range(1, len(versions) + 1))
+    assert [events[v].parent_version for v in versions] == [None] + versions[:-1]
+    trained: Counter[tuple[int, int]] = Counter()
+    for ev in events.values():
+        store.verify_and_load_path(ev.uri, ev.sha256)
+        assert [k for k in ev.metrics if k.startswith("dropped_") and k != "dropped_already_trained"] == []
+        for rng in ev.lineage:
+            trained.update((rng.partition, o) for o in range(rng.start, rng.end + 1))
+    expected = Counter((r.partition, r.offset) for r in read_topic(kafka, SAMPLES_TOPIC))
+    assert [k for k, n in trained.items() if n > 1] == []  # no overlap
+    assert sorted(set(expected) - set(trained)) == []  # no gap
+    assert trained == expected
+    assert store.versions(store_root, "planner") == versions
+    return versions
+
+
+def cli_args(kafka, base, store_root, run_name):
+    return [sys.executable, "-m", "streamgrpo.trainer.cli", "--bootstrap", kafka.bootstrap, "--topic-prefix",
+            kafka.topic_prefix, "--base-model", str(base), "--store-root", str(store_root), "--device", "cpu",
+            "--run-name", run_name, "--lora-rank", "4", "--lora-alpha", "8", "--samples-per-step", "1",
+            "--publish-every", "1", "--poll-timeout-ms", "200", "--idle-exit-s", "4", "--lr", "1e-3",
+            "--max-staleness", "1000"]  # all samples are behaviour version 0: none may be dropped as stale
+
+
+def test_sigkilled_trainer_resumes_without_gap_or_overlap(kafka_ns, tiny_base, tmp_path):
+    base, model, tok = tiny_base
+    n = 40
+    publish_samples(kafka_ns, make_samples(tok, n, seed=7, model=model))
+    args = cli_args(kafka_ns, base, tmp_path, "kill")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    first = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while len(store.versions(tmp_path, "planner")) < 2:
+        assert first.poll() is None, first.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "trainer did not publish two versions in time"
+        time.sleep(0.02)
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    killed_at = len(store.versions(tmp_path, "planner"))
+    assert killed_at < n, "the first trainer finished before it was killed; the test proves nothing"
+
+    second = subprocess.run(args, env=env, capture_output=True, timeout=300)
+    assert second.returncode == 0, second.stderr.decode()[-3000:]
+    assert b"resumed planner" in second.stderr
+
+    versions = assert_trained_exactly_once(kafka_ns, tmp_path)
+    assert versions[-1] == n  # one sample per step, every sample trained once
+
+
+def test_crash_between_store_and_commit_is_not_trained_twice(kafka_ns, tiny_base, tmp_path):
+    """Deterministic version of the worst crash window: v1 stored and announced, offsets NOT committed."""
+    base, model, tok = tiny_base
+    publish_samples(kafka_ns, make_samples(tok, 6, seed=8, model=model))
+    cfg = TrainerConfig(base_model=str(base), store_root=tmp_path, device="cpu", lora_rank=4, lora_alpha=8,
+                        samples_per_step=2, run_name="window", idle_exit_s=4.0, poll_timeout_ms=200)
+
+    async def crash_after_publish() -> None:
+        state = resume(cfg)
+        with EventProducer(kafka_ns, SERVICE) as producer:
+            async with EventConsumer(kafka_ns, cfg.group_id, [SAMPLES_TOPIC], SERVICE) as consumer:
+                samples = await collect(consumer, state, cfg)
+                train_step(state, samples, cfg)
+                publish(producer, state, cfg)  # stored + announced; the process "dies" before commit
+
+    asyncio.run(crash_after_publish())
+    published = asyncio.run(run_trainer(cfg, kafka_ns))
+    assert [e.version for e in published] == [2, 3]
+    assert_trained_exactly_once(kafka_ns, tmp_path)
+
+
+def test_crash_between_store_and_announce_announces_on_restart(kafka_ns, tiny_base, tmp_path):
+    base, model, tok = tiny_base
+    publish_samples(kafka_ns, make_samples(tok, 4, seed=9, model=model))
+    cfg = TrainerConfig(base_model=str(base), store_root=tmp_path, device="cpu", lora_rank=4, lora_alpha=8,
+                        samples_per_step=2, run_name="announce", idle_exit_s=4.0, poll_timeout_ms=200)
+
+    class DeadProducer(EventProducer):
+        def send(self, event, **kw):  # the process dies right after storing the adapter
+            raise KeyboardInterrupt
+
+    async def crash_before_announce() -> None:
+        state = resume(cfg)
+        async with EventConsumer(kafka_ns, cfg.group_id, [SAMPLES_TOPIC], SERVICE) as consumer:
+            samples = await collect(consumer, state, cfg)
+            train_step(state, samples, cfg)
+            with pytest.raises(KeyboardInterrupt):
+                publish(DeadProducer(kafka_ns, SERVICE), state, cfg)
+
+    asyncio.run(crash_before_announce())
+    assert store.versions(tmp_path, "planner") == [1]
+    assert not [r for r in read_topic(kafka_ns, "adapter-events")]
+    published = asyncio.run(run_trainer(cfg, kafka_ns))
+    assert [e.version for e in published] == [2]
+    assert assert_trained_exactly_once(kafka_ns, tmp_path) == [1, 2]

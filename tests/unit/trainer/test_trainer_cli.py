@@ -1,0 +1,41 @@
+"""The `streamgrpo trainer` command and TrainerConfig: complete --help, layering, validation."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from streamgrpo.config import load
+from streamgrpo.errors import ConfigError
+from streamgrpo.trainer.cli import trainer
+from streamgrpo.trainer.config import TrainerConfig
+
+
+def test_help_documents_every_config_field():
+    result = CliRunner().invoke(trainer, ["--help"], terminal_width=200)
+    assert result.exit_code == 0
+    for name, info in TrainerConfig.model_fields.items():
+        assert f"--{name.replace('_', '-')}" in result.output
+        assert info.description and info.description.split()[0] in result.output
+
+
+def test_layering_env_toml_and_options(tmp_path):
+    toml = tmp_path / "s.toml"
+    toml.write_text('[trainer]\nlora_rank = 4\nloss = "gspo"\nsamples_per_step = 3\n')
+    cfg = load(TrainerConfig, "trainer", path=toml, environ={"STREAMGRPO_TRAINER__SAMPLES_PER_STEP": "5"},
+               overrides={"loss": "grpo", "lr": None})
+    assert (cfg.lora_rank, cfg.loss, cfg.samples_per_step, cfg.lr) == (4, "grpo", 5, 5e-5)
+    assert cfg.group_id == "trainer.planner.default"
+
+
+@pytest.mark.parametrize("bad", [{"loss": "ppo"}, {"kl_estimator": "k9"}, {"lr_schedule": "step"},
+                                 {"normalisation": "sum"}, {"samples_per_step": 0}, {"typo_field": 1}])
+def test_bad_settings_fail_with_the_field_name(bad):
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        load(TrainerConfig, "trainer", environ={}, overrides=bad)
+
+
+def test_cli_rejects_bad_option_before_loading_anything():
+    result = CliRunner().invoke(trainer, ["--loss", "nope", "--bootstrap", "127.0.0.1:1"], obj={})
+    assert result.exit_code != 0
+    assert "loss" in str(result.exception)

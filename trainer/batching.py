@@ -1,0 +1,194 @@
+"""TrainingSample list -> padded tensors for the loss (pure: no model, no I/O).
+
+One row per planner turn: ``prompt_token_ids + action_token_ids``; only the action tokens are
+trained (``action_mask``), and their behaviour log-probs are placed at the same positions. Every
+row carries its rollout's advantage and the index of its rollout, and aggregation weights are
+computed over the WHOLE optimizer batch (per rollout first, then over rollouts: see
+``losses.normalisation``), so the micro-batches returned by :func:`micro_batches` are additive
+shares of one loss and gradient accumulation is exact.
+
+Admission (:func:`admit`): samples of another adapter, too stale (more than ``max_staleness``
+versions behind), malformed (logprob/token count mismatch, empty) or too long are dropped and
+counted by reason; within the staleness bound the clipped importance ratio corrects them.
+
+Not covered: sequence packing (rows are padded, right side), truncating actions (too-long
+actions drop the sample; only prompts are left-truncated).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from streamgrpo.avro.records import TrainingSample
+from streamgrpo.trainer.losses.normalisation import build_normalisation, row_weights
+
+
+@dataclass(frozen=True)
+class Row:
+    """One planner turn, ready to pad."""
+
+    input_ids: tuple[int, ...]
+    prompt_len: int
+    behaviour_logp: tuple[float, ...]  # one per action token
+    advantage: float
+    rollout: int  # index of the sample in the optimizer batch
+    behaviour_version: int
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded tensors of some rows (a micro-batch, or the whole optimizer batch).
+
+    input_ids:         (B, T) long, right-padded with ``pad_id``
+    attention_mask:    (B, T) long
+    action_mask:       (B, T) bool, True at trained action tokens
+    behaviour_logp:    (B, T) float, behaviour log-prob at action positions, 0 elsewhere
+    advantages:        (B,)   float
+    rollout_index:     (B,)   long, row -> sample index in the optimizer batch
+    token_weights:     (B, T) float, aggregation weights (sum to 1 over the optimizer batch)
+    row_weights:       (B,)   float, aggregation weights of rows (sum to 1 over the optimizer batch)
+    behaviour_version: (B,)   long
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    action_mask: Tensor
+    behaviour_logp: Tensor
+    advantages: Tensor
+    rollout_index: Tensor
+    token_weights: Tensor
+    row_weights: Tensor
+    behaviour_version: Tensor
+
+    @property
+    def padded_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+
+def drop_reason(
+    sample: TrainingSample, *, adapter_name: str, current_version: int, max_staleness: int, max_seq_len: int
+) -> str | None:
+    """Why ``sample`` cannot be trained now (``None`` if it can): ``other_adapter``, ``stale``,
+    ``empty``, ``malformed`` or ``too_long``."""
+    if sample.adapter_name != adapter_name:
+        return "other_adapter"
+    if current_version - sample.behaviour_version > max_staleness:
+        return "stale"
+    if not sample.turns or not any(t.action_token_ids for t in sample.turns):
+        return "empty"
+    for turn in sample.turns:
+        if len(turn.action_token_ids) != len(turn.behaviour_logprobs) or not turn.prompt_token_ids:
+            return "malformed"
+        if len(turn.action_token_ids) >= max_seq_len:
+            return "too_long"
+    return None
+
+
+def admit(
+    samples: Sequence[TrainingSample], *, adapter_name: str, current_version: int, max_staleness: int,
+    max_seq_len: int,
+) -> tuple[list[TrainingSample], Counter[str]]:
+    """Split ``samples`` into those to train and a count of the dropped ones by reason."""
+    kept: list[TrainingSample] = []
+    dropped: Counter[str] = Counter()
+    for s in samples:
+        reason = drop_reason(s, adapter_name=adapter_name, current_version=current_version,
+                             max_staleness=max_staleness, max_seq_len=max_seq_len)
+        if reason is None:
+            kept.append(s)
+        else:
+            dropped[reason] += 1
+    return kept, dropped
+
+
+def to_rows(samples: Sequence[TrainingSample], max_seq_len: int) -> list[Row]:
+    """One :class:`Row` per turn with an action; prompts longer than fits are left-truncated."""
+    rows: list[Row] = []
+    for index, s in enumerate(samples):
+        for turn in s.turns:
+            if not turn.action_token_ids:
+                continue
+            keep = max(1, max_seq_len - len(turn.action_token_ids))
+            prompt = tuple(turn.prompt_token_ids[-keep:])
+            rows.append(Row(prompt + tuple(turn.action_token_ids), len(prompt), tuple(turn.behaviour_logprobs),
+                            float(s.advantage), index, int(s.behaviour_version)))
+    return rows
+
+
+def collate(rows: Sequence[Row], pad_id: int = 0) -> Batch:
+    """Pad ``rows`` into a :class:`Batch` with ZERO weights (see :func:`with_weights`)."""
+    width = max(len(r.input_ids) for r in rows)
+    b = len(rows)
+    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, width), dtype=torch.long)
+    action = torch.zeros((b, width), dtype=torch.bool)
+    blogp = torch.zeros((b, width), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        n = len(r.input_ids)
+        input_ids[i, :n] = torch.tensor(r.input_ids, dtype=torch.long)
+        attention[i, :n] = 1
+        action[i, r.prompt_len:n] = True
+        blogp[i, r.prompt_len:n] = torch.tensor(r.behaviour_logp, dtype=torch.float32)
+    return Batch(
+        input_ids=input_ids, attention_mask=attention, action_mask=action, behaviour_logp=blogp,
+        advantages=torch.tensor([r.advantage for r in rows], dtype=torch.float32),
+        rollout_index=torch.tensor([r.rollout for r in rows], dtype=torch.long),
+        token_weights=torch.zeros((b, width), dtype=torch.float32),
+        row_weights=torch.zeros(b, dtype=torch.float32),
+        behaviour_version=torch.tensor([r.behaviour_version for r in rows], dtype=torch.long),
+    )
+
+
+def with_weights(batch: Batch, n_rollouts: int, normalisation: str, max_tokens: int) -> Batch:
+    """``batch`` (the WHOLE optimizer batch) with its aggregation weights filled in."""
+    tw = build_normalisation(normalisation)(batch.action_mask, batch.rollout_index, n_rollouts, max_tokens)
+    rw = row_weights(batch.rollout_index, n_rollouts)
+    return Batch(**{**batch.__dict__, "token_weights": tw, "row_weights": rw})
+
+
+def take(batch: Batch, index: Sequence[int]) -> Batch:
+    """Rows ``index`` of ``batch``, trimmed to their longest row."""
+    idx = torch.tensor(list(index), dtype=torch.long)
+    width = int(batch.attention_mask[idx].sum(dim=1).max())
+    out = {}
+    for name, value in batch.__dict__.items():
+        value = value[idx]
+        out[name] = value[:, :width] if value.dim() == 2 else value
+    return Batch(**out)
+
+
+def plan_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Group row indices (sorted by length) so that rows x longest row <= ``token_budget`` padded
+    tokens per group; a row longer than the budget gets a group of its own."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) + 1) * lengths[i] > token_budget:
+            groups.append(current)
+            current = []
+        current.append(i)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def build_batch(
+    samples: Sequence[TrainingSample], *, max_seq_len: int, normalisation: str, max_tokens: int, pad_id: int = 0
+) -> Batch:
+    """Admitted samples of ONE optimizer step -> the weighted, padded :class:`Batch`."""
+    rows = to_rows(samples, max_seq_len)
+    if not rows:
+        raise ValueError("no trainable rows: admit() the samples first")
+    return with_weights(collate(rows, pad_id), len(samples), normalisation, max_tokens)
+
+
+def micro_batches(batch: Batch, token_budget: int) -> list[Batch]:
+    """Split the optimizer ``batch`` into micro-batches of at most ``token_budget`` padded tokens."""
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    return [take(batch, group) for group in plan_micro_batches(lengths, token_budget)]

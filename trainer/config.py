@@ -1,0 +1,93 @@
+"""TrainerConfig: every setting of the trainer process (section ``[trainer]``, env
+``STREAMGRPO_TRAINER__<FIELD>``, CLI options). Validated at start; bad values fail with the field name.
+
+Not covered: Kafka connection settings (``[kafka]``, :class:`streamgrpo.config.KafkaSettings`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import Field, model_validator
+
+from streamgrpo.config import StrictModel
+
+if TYPE_CHECKING:  # torch is imported lazily so `streamgrpo trainer --help` stays fast
+    from streamgrpo.trainer.losses import LossConfig
+    from streamgrpo.trainer.model import ModelSpec
+
+
+def _home() -> Path:
+    return Path.home() / ".streamgrpo"
+
+
+class TrainerConfig(StrictModel):
+    """Settings of one training run."""
+
+    adapter_name: str = Field("planner", min_length=1, description="Adapter family trained and published (samples of other adapters are dropped).")
+    run_name: str = Field("default", min_length=1, description="Training run name; the consumer group is trainer.<adapter_name>.<run_name>.")
+    base_model: str = Field("smollm2-135m-instruct", description="Base causal LM: the bundled alias 'smollm2-135m-instruct', a local directory or a HF hub id.")
+    model_cache_dir: Path = Field(default_factory=lambda: _home() / "models", description="Where the bundled GGUF model is converted to safetensors (once).")
+    store_root: Path = Field(default_factory=lambda: _home() / "adapters", description="Adapter store root: versions are written to <store_root>/<adapter_name>/v<version>/.")
+    device: str = Field("auto", description="Torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1...")
+    load_in_4bit: bool = Field(False, description="QLoRA: load the base model in 4-bit NF4 via bitsandbytes (CUDA only).")
+    lora_rank: int = Field(16, ge=1, le=1024, description="LoRA rank r.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scaling = alpha / r).")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    lora_target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1, description="Module names that get LoRA adapters.")
+    loss: str = Field("grpo", description="Policy loss: grpo (token-level PPO-clip) or gspo (sequence-level ratio).")
+    normalisation: str = Field("rollout_mean", description="Token aggregation inside a rollout: rollout_mean (mean over its tokens) or dr_grpo (sum / max_tokens). Rollouts are then averaged.")
+    max_tokens: int = Field(512, ge=1, description="Dr.GRPO normalisation constant (tokens per rollout); used only with normalisation = dr_grpo.")
+    eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Importance ratio clipped below at 1 - eps_low.")
+    eps_high: float = Field(0.28, ge=0.0, description="Importance ratio clipped above at 1 + eps_high.")
+    kl_coef: float = Field(0.0, ge=0.0, description="Weight of the KL penalty to the reference (base model with the adapter disabled); 0 disables it.")
+    kl_estimator: str = Field("k3", description="KL estimator per token: k1, k2 or k3.")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature of the rollouts; MUST equal it (behaviour logprobs are log_softmax(logits / temperature)).")
+    lr: float = Field(5e-5, gt=0.0, description="Peak learning rate (AdamW).")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    lr_schedule: str = Field("constant", description="LR schedule after warmup: constant, linear or cosine.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
+    schedule_steps: int = Field(1000, ge=1, description="Length of the linear/cosine decay in optimizer steps.")
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="Final LR as a fraction of lr for linear/cosine.")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient norm clipping.")
+    samples_per_step: int = Field(8, ge=1, description="TrainingSamples (rollouts) per optimizer step; exactly this many are read per step.")
+    micro_batch_tokens: int = Field(4096, ge=16, description="Padded-token budget of one micro-batch (gradient accumulation splits a step into micro-batches).")
+    max_seq_len: int = Field(2048, ge=8, description="Longest row (prompt + action); longer prompts are left-truncated, longer actions drop the sample.")
+    max_staleness: int = Field(4, ge=0, description="Samples whose behaviour_version is more than this many versions behind the current are dropped (reason 'stale').")
+    publish_every: int = Field(1, ge=1, description="Store + announce an adapter every this many optimizer steps (offsets are committed then).")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps in total (unset: run forever).")
+    idle_exit_s: float | None = Field(None, gt=0.0, description="Stop after this many seconds without new samples (unset: wait forever).")
+    poll_timeout_ms: int = Field(500, ge=1, description="How long one consumer poll waits for records.")
+    seed: int = Field(0, description="Torch random seed.")
+
+    @model_validator(mode="after")
+    def _check_names(self) -> TrainerConfig:
+        from streamgrpo.trainer.losses import LOSSES
+        from streamgrpo.trainer.losses.kl import KL_ESTIMATORS
+        from streamgrpo.trainer.losses.normalisation import TOKEN_NORMALISATIONS
+        from streamgrpo.trainer.schedules import SCHEDULES
+
+        for field, value, choices in (("loss", self.loss, LOSSES), ("normalisation", self.normalisation, TOKEN_NORMALISATIONS),
+                                      ("kl_estimator", self.kl_estimator, KL_ESTIMATORS), ("lr_schedule", self.lr_schedule, SCHEDULES)):
+            if value not in choices:
+                raise ValueError(f"{field} = {value!r} is not one of {sorted(choices)}")
+        return self
+
+    @property
+    def group_id(self) -> str:
+        return f"trainer.{self.adapter_name}.{self.run_name}"
+
+    def loss_config(self) -> LossConfig:
+        from streamgrpo.trainer.losses import LossConfig
+
+        return LossConfig(eps_low=self.eps_low, eps_high=self.eps_high, kl_coef=self.kl_coef,
+                          kl_estimator=self.kl_estimator)
+
+    def model_spec(self) -> ModelSpec:
+        from streamgrpo.trainer.model import ModelSpec
+
+        return ModelSpec(base_model=self.base_model, cache_dir=self.model_cache_dir, lora_rank=self.lora_rank,
+                         lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
+                         target_modules=tuple(self.lora_target_modules), load_in_4bit=self.load_in_4bit,
+                         device=self.device)

@@ -1,0 +1,227 @@
+"""The trainer process: consume -> batch -> step -> store -> announce -> commit.
+
+```
+[training-samples] --collect()--> admitted samples (exactly one step's worth; stale/dup dropped)
+        --train_step()--> metrics (step.optimizer_step on micro-batches, in a worker thread)
+        every publish_every steps:
+        --publish()--> adapter_store.write_version (atomic) -> AdapterPublished (flushed)
+        --consumer.commit()--> offsets of exactly what that adapter trained on
+```
+
+Guarantees: offsets are committed only after the adapter that used them is stored and announced.
+A restarted trainer (even after SIGKILL) resumes from the newest stored adapter + optimizer state;
+records that adapter already covered (crash between store and commit) are skipped by the
+manifest's ``committed`` map, and a stored but unannounced version is announced again, so no
+sample is skipped or trained twice. Backpressure: each poll asks only for the samples the current
+step still needs, and nothing is polled while a step runs.
+Not covered: several trainers in one consumer group (one trainer process per training run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from streamgrpo.avro import records as R
+from streamgrpo.config import KafkaSettings
+from streamgrpo.topics.consumer import EventConsumer, Received, read_topic
+from streamgrpo.topics.producer import EventProducer
+from streamgrpo.trainer import adapter_store as store
+from streamgrpo.trainer.batching import build_batch, drop_reason, micro_batches
+from streamgrpo.trainer.config import TrainerConfig
+from streamgrpo.trainer.errors import TrainerError
+from streamgrpo.trainer.lineage import Lineage, RecentIds, already_trained
+from streamgrpo.trainer.losses import build_loss
+from streamgrpo.trainer.model import load_policy
+from streamgrpo.trainer.schedules import build_scheduler
+from streamgrpo.trainer.step import StepConfig, build_optimizer, optimizer_step
+
+log = logging.getLogger(__name__)
+SERVICE = "trainer"
+SAMPLES_TOPIC = "training-samples"
+
+
+@dataclass
+class TrainerState:
+    """Everything that changes while training."""
+
+    model: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    version: int = 0  # latest stored version (0: fresh adapter, nothing published)
+    step: int = 0
+    committed: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset
+    lineage: Lineage = field(default_factory=Lineage)  # consumed since the latest stored version
+    dropped: Counter[str] = field(default_factory=Counter)
+    seen: RecentIds = field(default_factory=RecentIds)
+    last_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def resume(cfg: TrainerConfig) -> TrainerState:
+    """Load the newest stored adapter + optimizer state, or start a fresh adapter."""
+    torch.manual_seed(cfg.seed)
+    found = store.latest(cfg.store_root, cfg.adapter_name)
+    if found is not None and found[1].base_model != cfg.base_model:
+        raise TrainerError(f"{found[0]} was trained on base model {found[1].base_model!r}, not {cfg.base_model!r}; "
+                           "use another adapter_name or store_root")
+    model = load_policy(cfg.model_spec(), adapter_dir=found[0] if found else None)
+    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay)
+    scheduler = build_scheduler(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps,
+                                total_steps=cfg.schedule_steps, min_ratio=cfg.min_lr_ratio)
+    state = TrainerState(model, optimizer, scheduler)
+    if found is not None:
+        path, manifest = found
+        saved = store.load_trainer_state(path) or {}
+        if "optimizer" in saved:
+            optimizer.load_state_dict(saved["optimizer"])
+        if "scheduler" in saved:
+            scheduler.load_state_dict(saved["scheduler"])
+        state.version, state.step, state.committed = manifest.version, manifest.trainer_step, dict(manifest.committed)
+        log.info("resumed %s v%d (step %d) from %s", cfg.adapter_name, state.version, state.step, path)
+    return state
+
+
+def adapter_event(manifest: store.Manifest, uri: str, sha256: str) -> R.AdapterPublished:
+    """The announcement of a stored version; its id is deterministic (re-announcing is idempotent)."""
+    return R.AdapterPublished(
+        envelope=R.Envelope.new(SERVICE, event_id=R.derived_id("adapter_published", manifest.adapter_name,
+                                                               manifest.version)),
+        adapter_name=manifest.adapter_name, version=manifest.version, uri=uri, sha256=sha256,
+        base_model=manifest.base_model, trainer_step=manifest.trainer_step,
+        lineage=[R.OffsetRange(**r) for r in manifest.lineage],  # type: ignore[arg-type]
+        parent_version=manifest.parent_version, metrics=dict(manifest.metrics),
+    )
+
+
+def announce_if_missing(producer: EventProducer, kafka: KafkaSettings, cfg: TrainerConfig) -> None:
+    """Announce the newest stored version if adapter-events does not have it (crash before announce)."""
+    found = store.latest(cfg.store_root, cfg.adapter_name)
+    if found is None:
+        return
+    path, manifest = found
+    for r in read_topic(kafka, "adapter-events"):
+        ev = r.event
+        if isinstance(ev, R.AdapterPublished) and (ev.adapter_name, ev.version) == (cfg.adapter_name, manifest.version):
+            return
+    log.warning("v%d was stored but never announced; announcing it now", manifest.version)
+    producer.send(adapter_event(manifest, path.as_uri(), store.sha256_dir(path)))
+    producer.flush()
+
+
+#: Drop reasons that mean the record itself is bad: it goes to dead-letters (the others are normal drops).
+DEAD_LETTER_REASONS = frozenset({"malformed", "empty", "too_long", "not_a_sample"})
+
+
+def accept(received: Received, state: TrainerState, cfg: TrainerConfig) -> tuple[R.TrainingSample | None, str | None]:
+    """Bookkeeping for one consumed record -> (the sample to train, or None; the drop reason, or None)."""
+    if already_trained(state.committed, received.topic, received.partition, received.offset):
+        return None, "already_trained"
+    state.lineage.add(received.topic, received.partition, received.offset)
+    sample = received.event
+    if not isinstance(sample, R.TrainingSample):
+        return None, "not_a_sample"
+    if state.seen.seen(sample.event_id):
+        return None, "duplicate"
+    reason = drop_reason(sample, adapter_name=cfg.adapter_name, current_version=state.version,
+                         max_staleness=cfg.max_staleness, max_seq_len=cfg.max_seq_len)
+    return (sample, None) if reason is None else (None, reason)
+
+
+async def collect(consumer: EventConsumer, state: TrainerState, cfg: TrainerConfig) -> list[R.TrainingSample] | None:
+    """Read until one optimizer step's worth of samples is admitted; ``None`` after ``idle_exit_s`` idle
+    (time waiting for a partition assignment, e.g. while a killed predecessor's session expires, is not idle)."""
+    samples: list[R.TrainingSample] = []
+    idle_since = time.monotonic()
+    while len(samples) < cfg.samples_per_step:
+        batch = await consumer.poll(max_records=cfg.samples_per_step - len(samples), timeout_ms=cfg.poll_timeout_ms)
+        if batch or not consumer.assignment():  # idle = assigned partitions with nothing new
+            idle_since = time.monotonic()
+        elif cfg.idle_exit_s is not None and time.monotonic() - idle_since > cfg.idle_exit_s:
+            return None
+        for received in batch:
+            sample, reason = accept(received, state, cfg)
+            if sample is not None:
+                samples.append(sample)
+                continue
+            state.dropped[str(reason)] += 1
+            if reason in DEAD_LETTER_REASONS:
+                await consumer.dead_letter(received, f"trainer_{reason}", f"TrainingSample cannot be trained: {reason}")
+    return samples
+
+
+def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: TrainerConfig) -> dict[str, float]:
+    """One optimizer step on ``samples`` (blocking; run it in a thread)."""
+    batch = build_batch(samples, max_seq_len=cfg.max_seq_len, normalisation=cfg.normalisation,
+                        max_tokens=cfg.max_tokens)
+    step_cfg = StepConfig(loss=build_loss(cfg.loss), loss_config=cfg.loss_config(), temperature=cfg.temperature,
+                          max_grad_norm=cfg.max_grad_norm)
+    metrics = optimizer_step(state.model, state.optimizer, state.scheduler,
+                             micro_batches(batch, cfg.micro_batch_tokens), step_cfg)
+    state.step += 1
+    return metrics
+
+
+def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) -> R.AdapterPublished:
+    """Store the adapter as the next version and announce it (flushed) -> the event."""
+    metrics = {**state.last_metrics, **{f"dropped_{k}": float(v) for k, v in state.dropped.items()}}
+    manifest = store.Manifest(
+        adapter_name=cfg.adapter_name, version=state.version + 1, parent_version=state.version or None,
+        base_model=cfg.base_model, trainer_step=state.step, lineage=state.lineage.as_dicts(), metrics=metrics,
+        committed=state.lineage.next_offsets(state.committed),
+    )
+    trainer_state = {"optimizer": state.optimizer.state_dict(), "scheduler": state.scheduler.state_dict()}
+    path, sha = store.write_version(cfg.store_root, manifest, state.model, trainer_state)
+    event = adapter_event(manifest, path.as_uri(), sha)
+    producer.send(event)
+    producer.flush()
+    state.version, state.committed, state.lineage = manifest.version, manifest.committed, Lineage()
+    state.dropped = Counter()
+    log.info("published %s v%d (step %d) sha256=%s… lineage=%s", cfg.adapter_name, manifest.version, state.step,
+             sha[:12], [(r.partition, r.start, r.end) for r in event.lineage])
+    return event
+
+
+def log_step(state: TrainerState, metrics: dict[str, float], seconds: float) -> None:
+    drops = ", ".join(f"{k}={v}" for k, v in sorted(state.dropped.items())) or "none"
+    log.info("step %d loss=%.4f kl=%.4f clip=%.3f adv=%.3f tokens=%d tok/s=%.0f dropped: %s", state.step,
+             metrics["loss"], metrics["kl"], metrics["clip_frac"], metrics["mean_adv"], metrics["tokens"],
+             metrics["tokens"] / max(seconds, 1e-9), drops)
+
+
+async def train(consumer: EventConsumer, producer: EventProducer, state: TrainerState, cfg: TrainerConfig,
+                stop: asyncio.Event | None = None) -> list[R.AdapterPublished]:
+    """The loop of the module docstring until ``max_steps``, ``idle_exit_s`` or ``stop``."""
+    published: list[R.AdapterPublished] = []
+    while not (stop is not None and stop.is_set()) and (cfg.max_steps is None or state.step < cfg.max_steps):
+        samples = await collect(consumer, state, cfg)
+        if samples is None:
+            log.info("no samples for %.0f s; stopping (dropped since the last adapter: %s)", cfg.idle_exit_s,
+                     dict(state.dropped))
+            break
+        started = time.monotonic()
+        state.last_metrics = await asyncio.to_thread(train_step, state, samples, cfg)
+        log_step(state, state.last_metrics, time.monotonic() - started)
+        if state.step % cfg.publish_every == 0:
+            published.append(await asyncio.to_thread(publish, producer, state, cfg))
+            await consumer.commit()
+    return published
+
+
+async def run_trainer(cfg: TrainerConfig, kafka: KafkaSettings, stop: asyncio.Event | None = None
+                      ) -> list[R.AdapterPublished]:
+    """Resume, then train on ``training-samples``; returns the events published by this run."""
+    state = await asyncio.to_thread(resume, cfg)
+    producer = EventProducer(kafka, SERVICE)
+    try:
+        await asyncio.to_thread(announce_if_missing, producer, kafka, cfg)
+        async with EventConsumer(kafka, cfg.group_id, [SAMPLES_TOPIC], SERVICE, dlq=producer,
+                                 commit_on_revoke=False) as consumer:
+            return await train(consumer, producer, state, cfg, stop)
+    finally:
+        producer.close()

@@ -1,0 +1,93 @@
+"""Shared types of the losses: inputs, configuration, outputs.
+
+Shapes: ``B`` rows (one row = one planner turn = prompt + action tokens), ``T`` padded length.
+Per-token tensors are aligned with ``input_ids``: position ``t`` holds the log-probability of
+token ``input_ids[b, t]`` given the tokens before it (so position 0 is never an action token).
+
+What is covered: the data a loss sees. What is not: how the tensors are built (``batching``) or
+how the model is run (``step``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Hyper-parameters shared by the losses."""
+
+    eps_low: float = 0.2  #: ratio clipped below at 1 - eps_low
+    eps_high: float = 0.2  #: ratio clipped above at 1 + eps_high (DAPO "clip-higher" when > eps_low)
+    kl_coef: float = 0.0  #: weight of the KL(policy || reference) penalty; 0 disables it
+    kl_estimator: str = "k3"  #: "k1", "k2" or "k3" (see :mod:`~streamgrpo.trainer.losses.kl`)
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """Tensors one loss call needs (a whole batch or one micro-batch of it).
+
+    logp:            (B, T) float, current policy log-prob of each token (grad flows through it)
+    behaviour_logp:  (B, T) float, log-prob under the policy that sampled it (no grad)
+    advantages:      (B,)   float, the trajectory advantage of each row's rollout
+    action_mask:     (B, T) bool, True where the token is a trained action token
+    token_weights:   (B, T) float, aggregation weight of each action token (0 elsewhere);
+                     over a whole optimizer batch they sum to 1 (per-rollout first, then rollouts)
+    row_weights:     (B,)   float, aggregation weight of each row for sequence-level losses;
+                     over a whole optimizer batch they sum to 1
+    ref_logp:        (B, T) float or None, reference-policy log-probs (no grad) for the KL term
+    """
+
+    logp: Tensor
+    behaviour_logp: Tensor
+    advantages: Tensor
+    action_mask: Tensor
+    token_weights: Tensor
+    row_weights: Tensor
+    ref_logp: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class LossOutput:
+    """Result of a loss call. ``loss`` is differentiable; the rest are detached statistics.
+
+    loss:        ()  pg_loss + kl_coef * kl (weighted sums; add them over micro-batches)
+    pg_loss:     ()  policy-gradient part
+    kl:          ()  weighted KL estimate (0 when no reference is given)
+    clipped:     ()  number of action tokens whose clipped branch is active (no gradient from them)
+    tokens:      ()  number of action tokens
+    """
+
+    loss: Tensor
+    pg_loss: Tensor
+    kl: Tensor
+    clipped: Tensor
+    tokens: Tensor
+
+
+LossFn = Callable[[LossInputs, LossConfig], LossOutput]
+
+
+def kl_term(inputs: LossInputs, cfg: LossConfig) -> Tensor:
+    """Weighted KL(policy || reference) over action tokens; 0 when disabled or no reference. Shape ()."""
+    from streamgrpo.trainer.losses.kl import build_kl_estimator
+
+    if cfg.kl_coef == 0.0 or inputs.ref_logp is None:
+        return inputs.logp.new_zeros(())
+    per_token = build_kl_estimator(cfg.kl_estimator)(inputs.logp, inputs.ref_logp)  # (B, T)
+    return (per_token * inputs.token_weights * inputs.action_mask).sum()
+
+
+def finish(pg_loss: Tensor, kl: Tensor, clipped: Tensor, inputs: LossInputs, cfg: LossConfig) -> LossOutput:
+    """Combine the parts into a :class:`LossOutput`."""
+    return LossOutput(
+        loss=pg_loss + cfg.kl_coef * kl,
+        pg_loss=pg_loss.detach(),
+        kl=kl.detach(),
+        clipped=clipped.detach().to(torch.float32),
+        tokens=inputs.action_mask.sum().to(torch.float32),
+    )

@@ -1,0 +1,154 @@
+"""Policy model: a base causal LM with a trainable LoRA adapter (peft), QLoRA on CUDA only.
+
+- :func:`load_policy` resolves the base model (:mod:`~streamgrpo.trainer.base_model`), loads it in
+  bf16 on GPU / fp32 on CPU, and wraps it with a new LoRA adapter or the stored one to resume.
+- 4-bit QLoRA imports ``bitsandbytes`` only inside the CUDA path; requesting it without CUDA is a
+  :class:`ModelConfigError` saying what to change.
+- :func:`token_logprobs` recomputes the behaviour quantity exactly: ``log_softmax(logits / T)`` at
+  each token over the FULL vocabulary (top-p only truncated sampling).
+- :func:`tiny_model` builds a tiny Llama with a character-level tokenizer in-process, for tests.
+
+The reference policy for the KL term is the same model with the adapter disabled
+(``model.disable_adapter()``): no second copy of the weights.
+Not covered: multi-GPU / FSDP, full fine-tuning, merging adapters into the base.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from streamgrpo.trainer.base_model import resolve_base_model
+from streamgrpo.trainer.errors import BaseModelError, ModelConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What :func:`load_policy` builds."""
+
+    base_model: str = "smollm2-135m-instruct"
+    cache_dir: Path | None = None
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    target_modules: tuple[str, ...] = field(default=("q_proj", "k_proj", "v_proj", "o_proj"))
+    load_in_4bit: bool = False
+    device: str = "auto"
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    """``auto`` -> cuda when available, else cpu."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _quantization_config() -> Any:
+    if not torch.cuda.is_available():
+        raise ModelConfigError(
+            "load_in_4bit (QLoRA) needs a CUDA GPU and bitsandbytes; on CPU set load_in_4bit = false"
+        )
+    try:
+        import bitsandbytes  # noqa: F401  (imported only on the GPU path)
+        from transformers import BitsAndBytesConfig
+    except ImportError as exc:
+        raise ModelConfigError("load_in_4bit needs bitsandbytes: pip install 'streamgrpo[gpu]'") from exc
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
+    )
+
+
+def load_base(spec: ModelSpec) -> Any:
+    """The base causal LM (no adapter), on its device, in bf16 (GPU) / fp32 (CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    device = pick_device(spec.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if spec.load_in_4bit:
+        kwargs["quantization_config"] = _quantization_config()
+        kwargs["device_map"] = {"": device.index or 0}
+    path = resolve_base_model(spec.base_model, spec.cache_dir)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    except OSError as exc:
+        raise BaseModelError(f"cannot load base model {spec.base_model!r} from {path}: {exc}") from exc
+    if spec.load_in_4bit:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    else:
+        model.to(device)  # type: ignore[arg-type]
+    return model
+
+
+def attach_lora(base: Any, spec: ModelSpec, adapter_dir: Path | None = None) -> Any:
+    """Wrap ``base`` with a fresh LoRA adapter, or the one stored in ``adapter_dir`` (trainable)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if adapter_dir is not None:
+        return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True)
+    config = LoraConfig(
+        r=spec.lora_rank, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
+        target_modules=list(spec.target_modules), task_type="CAUSAL_LM", bias="none",
+    )
+    return get_peft_model(base, config)
+
+
+def load_policy(spec: ModelSpec, adapter_dir: Path | None = None) -> Any:
+    """Base model + LoRA (new, or resumed from ``adapter_dir``) -> a ``peft.PeftModel`` in train mode."""
+    model = attach_lora(load_base(spec), spec, adapter_dir)
+    model.train()
+    return model
+
+
+def token_logprobs(model: Any, input_ids: Tensor, attention_mask: Tensor, temperature: float) -> Tensor:
+    """(B, T) long, (B, T) long -> (B, T) float32: ``log_softmax(logits / temperature)`` of each token
+    given the previous ones, over the full vocabulary; position 0 (no context) is 0."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+    logits = logits[:, :-1].float() / temperature
+    targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
+    picked = torch.gather(logits, -1, targets).squeeze(-1)  # (B, T-1)
+    logp = picked - torch.logsumexp(logits, dim=-1)
+    return torch.nn.functional.pad(logp, (1, 0))
+
+
+def char_tokenizer() -> Any:
+    """A character-level ``PreTrainedTokenizerFast`` over printable ASCII (99 ids; 0 = pad, 1 = bos, 2 = eos)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    vocab = {t: i for i, t in enumerate(specials + list(string.printable[:95]))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+def tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2) -> tuple[Any, Any]:
+    """A tiny Llama (fp32, CPU) with :func:`char_tokenizer`, deterministic for ``seed``. For tests:
+    ``model.save_pretrained(dir)`` gives a directory usable as ``base_model``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.float().eval(), tokenizer

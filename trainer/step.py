@@ -1,0 +1,117 @@
+"""One optimisation step on one optimizer batch -> metrics. No Kafka, no disk.
+
+For each micro-batch: recompute the policy log-probs (``log_softmax(logits / temperature)``),
+the reference log-probs with the adapter disabled (only when the KL term is on), the loss (its
+weights are global, so micro-batch losses add up to the full-batch loss), and backward. Then clip
+the gradient norm, step the optimizer and the LR schedule.
+
+Metrics: loss, pg_loss, kl, clip_frac, mean_adv (per rollout), tokens, grad_norm, lr, and
+``abs_log_ratio_v<version>``: mean |current - behaviour| log-prob per behaviour version (how far
+the policy has moved from what sampled the data).
+Not covered: mixed-precision scaling (bf16 needs none), multi-device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from streamgrpo.trainer.batching import Batch
+from streamgrpo.trainer.losses import LossConfig, LossFn, LossInputs
+from streamgrpo.trainer.model import token_logprobs
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """What one step needs besides the model, optimizer and data."""
+
+    loss: LossFn
+    loss_config: LossConfig
+    temperature: float = 1.0
+    max_grad_norm: float | None = 1.0
+
+
+def _reference_logp(model: Any, mb: Batch, temperature: float) -> torch.Tensor:
+    """(B, T): log-probs under the base model (adapter disabled), no grad."""
+    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
+    with torch.no_grad(), ctx:
+        return token_logprobs(model, mb.input_ids, mb.attention_mask, temperature)
+
+
+def _to(mb: Batch, device: torch.device) -> Batch:
+    return Batch(**{k: v.to(device) for k, v in mb.__dict__.items()})
+
+
+def accumulate_gradients(model: Any, micro: Sequence[Batch], cfg: StepConfig) -> dict[str, float]:
+    """Forward + backward over every micro-batch (gradients ADD UP); returns summed statistics."""
+    device = next(model.parameters()).device
+    sums: dict[str, float] = defaultdict(float)
+    for mb in micro:
+        mb = _to(mb, device)
+        ref = _reference_logp(model, mb, cfg.temperature) if cfg.loss_config.kl_coef > 0 else None
+        logp = token_logprobs(model, mb.input_ids, mb.attention_mask, cfg.temperature)
+        out = cfg.loss(LossInputs(logp, mb.behaviour_logp, mb.advantages, mb.action_mask,
+                                  mb.token_weights, mb.row_weights, ref), cfg.loss_config)
+        out.loss.backward()
+        for name in ("loss", "pg_loss", "kl", "clipped", "tokens"):
+            sums[name] += float(getattr(out, name).detach())
+        _version_drift(logp.detach(), mb, sums)
+    return dict(sums)
+
+
+def _version_drift(logp: torch.Tensor, mb: Batch, sums: dict[str, float]) -> None:
+    drift = (logp - mb.behaviour_logp).abs() * mb.action_mask
+    for version in mb.behaviour_version.unique().tolist():
+        rows = mb.behaviour_version == version
+        sums[f"_drift_sum_v{version}"] += float(drift[rows].sum())
+        sums[f"_drift_n_v{version}"] += float(mb.action_mask[rows].sum())
+
+
+def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any, micro: Sequence[Batch],
+                   cfg: StepConfig) -> dict[str, float]:
+    """One full step (accumulate, clip, update, schedule) -> metrics dict."""
+    optimizer.zero_grad(set_to_none=True)
+    sums = accumulate_gradients(model, micro, cfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.max_grad_norm is not None:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+    else:
+        grad_norm = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+    lr = float(optimizer.param_groups[0]["lr"])
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return summarise(sums, micro, grad_norm, lr)
+
+
+def summarise(sums: dict[str, float], micro: Sequence[Batch], grad_norm: float, lr: float) -> dict[str, float]:
+    """Turn summed statistics into the metrics dict (pure)."""
+    tokens = sums.get("tokens", 0.0)
+    adv: dict[int, float] = {}
+    for mb in micro:
+        for r, a in zip(mb.rollout_index.tolist(), mb.advantages.tolist(), strict=True):
+            adv[r] = a
+    metrics = {
+        "loss": sums.get("loss", 0.0), "pg_loss": sums.get("pg_loss", 0.0), "kl": sums.get("kl", 0.0),
+        "clip_frac": sums.get("clipped", 0.0) / tokens if tokens else 0.0, "tokens": tokens,
+        "mean_adv": sum(adv.values()) / len(adv) if adv else 0.0, "rollouts": float(len(adv)),
+        "grad_norm": grad_norm, "lr": lr,
+    }
+    for key, value in sums.items():
+        if key.startswith("_drift_sum_v"):
+            version = key.removeprefix("_drift_sum_v")
+            n = sums[f"_drift_n_v{version}"]
+            metrics[f"abs_log_ratio_v{version}"] = value / n if n else 0.0
+    return metrics
+
+
+def build_optimizer(model: Any, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """AdamW over the trainable (LoRA) parameters."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
