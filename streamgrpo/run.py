@@ -251,6 +251,8 @@ def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_versio
         stop.set()
 
     signal.signal(signal.SIGTERM, _sigterm)
+    tty = sys.stdout.isatty()
+    last_line, last_print = "", 0.0
     try:
         while time.monotonic() < deadline and not stop.is_set():
             for msg in sup.check():
@@ -260,8 +262,12 @@ def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_versio
                 click.echo(f"\nrollouts served by adapter v{tracker.progress.serving_version}: stopping (--until-version)")
                 break
             remaining = deadline - time.monotonic()
-            line = tracker.progress.line()
-            click.echo(f"\r{line} | {remaining:4.0f}s left ", nl=False)
+            line = f"{tracker.progress.line()} | {remaining:4.0f}s left"
+            if tty:
+                click.echo(f"\r{line} ", nl=False)
+            elif line.split(" | ")[:-1] != last_line.split(" | ")[:-1] or time.monotonic() - last_print > 30:
+                click.echo(line)  # logs and pipes: a full line when something changed, at least every 30 s
+                last_line, last_print = line, time.monotonic()
             stop.wait(2.0)
     except KeyboardInterrupt:
         click.echo("\ninterrupted")
