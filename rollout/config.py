@@ -1,0 +1,97 @@
+"""Settings of a rollout worker and of ``streamgrpo ask`` (section ``[rollout]``; tools in ``[rollout.tools]``).
+
+Layering (see :mod:`streamgrpo.config`): defaults < TOML ``[rollout]`` < env
+``STREAMGRPO_ROLLOUT__<FIELD>`` (flat fields) < command-line options.
+
+Defaults are the model-free training setup for a small CPU machine: the planner is the local
+SmolLM2-135M (the only model call per turn), executor ``passthrough``, verifier ``rule``,
+synthesiser ``passthrough``, analysis ``rule``. ``streamgrpo ask`` switches the roles to ``model``
+(the same local weights with the adapter disabled) unless told otherwise.
+
+What is covered: validation of every setting. What is not: whether a URL answers (checked at start).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+
+from streamgrpo.config import StrictModel
+from streamgrpo.rollout.tools.config import ToolsSettings
+
+
+class RolloutConfig(StrictModel):
+    """One rollout worker (or one ``ask`` run)."""
+
+    # -- planner policy ------------------------------------------------------------------------
+    policy: Literal["local", "vllm"] = Field(
+        "local", description="Planner backend: 'local' (transformers + peft in this process) or 'vllm' (HTTP).")
+    model: str = Field("smollm2-135m-instruct", description="Base model: the bundled alias, a local directory "
+                       "or a hub id already in the local cache (never downloaded here).")
+    model_cache_dir: Path | None = Field(None, description="Where the bundled model is converted once "
+                                         "(default ~/.streamgrpo/models).")
+    device: str = Field("cpu", description="Torch device of the local policy ('cpu', 'cuda', 'cuda:1').")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weights dtype of the local policy (float32 keeps logprobs exact on CPU).")
+    vllm_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible base URL of the vLLM server.")
+    vllm_model: str | None = Field(None, description="Base model name served by vLLM (default: `model`).")
+    vllm_api_key: SecretStr | None = Field(None, description="API key of the vLLM server (never logged).")
+    # -- fixed (untrained) role model ------------------------------------------------------------
+    role_backend: Literal["local", "openai"] = Field(
+        "local", description="Model of the executor/verifier/synthesiser/analysis in 'model' mode: 'local' = the "
+        "planner's base weights with the adapter disabled; 'openai' = an OpenAI-compatible endpoint.")
+    role_base_url: str | None = Field(None, description="Base URL of the OpenAI-compatible role model endpoint.")
+    role_api_key: SecretStr | None = Field(None, description="API key of the role model endpoint (never logged).")
+    role_model: str | None = Field(None, description="Model name at the role endpoint.")
+    role_max_tokens: int = Field(64, ge=8, le=2048, description="Token budget of one role-model reply.")
+    # -- role modes (recorded in the events) ------------------------------------------------------
+    analysis_mode: Literal["rule", "model"] = Field("rule", description="Query analysis: keyword 'rule' or 'model'.")
+    executor_mode: Literal["passthrough", "model"] = Field(
+        "passthrough", description="'passthrough': the planner's input goes to the tool; 'model': the role model "
+        "writes the tool input.")
+    verifier_mode: Literal["rule", "model"] = Field(
+        "rule", description="'rule': stop when the planner answers; 'model': the role model judges after tool calls.")
+    synthesiser_mode: Literal["passthrough", "model"] = Field(
+        "passthrough", description="'passthrough': the planner's answer (or last tool output); 'model': the role "
+        "model writes it.")
+    # -- trajectory -------------------------------------------------------------------------------
+    tools: ToolsSettings = Field(default_factory=ToolsSettings, description="Tools given to the planner "
+                                 "(TOML [rollout.tools]: enabled, corpus path, sandbox limits...).")
+    max_turns: int = Field(4, ge=1, le=32, description="Turn budget of `ask`, and the cap applied to a request's "
+                           "own max_turns in the worker.")
+    max_prompt_tokens: int = Field(900, ge=128, le=32768, description="Planner prompt budget: older steps are "
+                                   "dropped from the state until it fits.")
+    history_steps: int = Field(3, ge=0, le=32, description="Most recent steps shown to the planner.")
+    observation_clip: int = Field(160, ge=16, le=4000, description="Characters of each tool output shown to the "
+                                  "planner.")
+    response_prefix: str = Field('{"', max_length=32, description="Text forced at the start of every planner "
+                                 "reply (part of the state prompt; '' = none). '{\"' makes a small model emit JSON.")
+    temperature: float = Field(0.7, gt=0, le=5, description="Planner temperature of `ask` (requests carry their own).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Planner nucleus mass of `ask`.")
+    max_new_tokens: int = Field(64, ge=8, le=4096, description="Planner tokens per action in `ask`.")
+    seed: int | None = Field(None, description="Sampling seed of `ask` (unset: random).")
+    # -- worker -----------------------------------------------------------------------------------
+    concurrency: int = Field(2, ge=1, le=256, description="Groups run at once by one worker (each in a thread).")
+    consumer_group: str = Field("rollout", description="Kafka consumer group of the workers (more workers in the "
+                                "same group = more throughput).")
+    batch_max_records: int = Field(64, ge=1, le=10000, description="Most requests taken from Kafka per poll.")
+    linger_ms: int = Field(300, ge=0, le=60000, description="How long to keep polling for the rest of a group "
+                           "whose requests arrived split across polls.")
+    service: str = Field("rollout", description="Producer service name written into every event envelope.")
+    # -- adapters ---------------------------------------------------------------------------------
+    adapter_name: str = Field("planner", description="Adapter family followed on `adapter-events`.")
+    adapter_store: Path | None = Field(None, description="Root of the adapter store (file:// uris resolve here).")
+    keep_resident: int = Field(4, ge=1, le=64, description="Adapter versions kept loaded at once (K).")
+    follow_adapters: bool = Field(True, description="Follow `adapter-events` and hot-swap published adapters.")
+    adapter_wait_s: float = Field(60.0, ge=0, le=3600, description="How long a group waits for its adapter version "
+                                  "to become resident before its rollouts end as ERROR.")
+    serve_resident_fallback: bool = Field(
+        False, description="When the requested version never becomes resident, serve the newest resident one "
+        "instead (the events then record the version that actually served). Off: no silent fallback.")
+
+
+#: Role modes used by `streamgrpo ask` (the whole multi-agent system with model roles).
+ASK_MODEL_MODES = {"analysis_mode": "model", "executor_mode": "model", "verifier_mode": "model",
+                   "synthesiser_mode": "model"}

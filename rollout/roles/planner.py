@@ -1,0 +1,98 @@
+"""The planner role: the ONLY trained role. Its prompt template lives here, with its version hash.
+
+Each turn the planner sees the question, the query analysis, the tool list and the previous steps,
+and replies with ONE JSON object: call one tool (``{"tool": ..., "input": ...}``) or answer
+(``{"answer": ...}``). That choice is what GRPO trains. The prompt is kept short (the default
+SmolLM2-135M has a 2k context): one line per tool, one compact example, and only the most recent
+steps with clipped observations (:func:`build_messages` drops older steps to fit a token budget).
+
+What is covered: prompt building and parsing of the planner's output.
+What is not covered: generation (the policy backend) and what happens after the decision (loop).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from streamgrpo.rollout.roles.types import NextStep, QueryAnalysis, TurnRecord, prompt_hash
+from streamgrpo.rollout.structured import Parsed, parse_into
+
+SYSTEM_TEMPLATE = """You plan the steps of a tool-using assistant. Reply with ONE JSON object only:
+{schema}
+Tools:
+{tools}
+Example:
+Question: What is 6 times 7?
+{{"tool": "calculator", "input": "6*7"}}
+Result: 42
+{{"answer": "42"}}"""
+
+USER_TEMPLATE = """Question: {question}
+{analysis}{history}Reply with the next JSON object."""
+
+STEP_TEMPLATE = "Step {turn}: {action}\nResult: {result}\n"
+
+PROMPT_HASH = prompt_hash(SYSTEM_TEMPLATE, USER_TEMPLATE, STEP_TEMPLATE)
+
+
+def tool_line(name: str, description: str, example: str | None = None, limit: int = 70) -> str:
+    """``- name: first clause of the description (e.g. <example>)``, clipped at a word boundary."""
+    first = re.split(r"\. |\n| \(", description.strip(), maxsplit=1)[0].rstrip(".")
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0]
+    line = f"- {name}: {first}"
+    return f"{line} (e.g. {example[:40]})" if example else line
+
+
+def render_step(record: TurnRecord, clip: int) -> str:
+    """One previous turn as the planner sees it."""
+    if record.step is None:
+        action = record.action_text.strip()[:80] or "(empty)"
+        result = "invalid reply, answer with one JSON object"
+    elif record.step.is_final:
+        action, result = f'{{"answer": "{record.step.answer}"}}', "answered"
+    else:
+        action = f'{{"tool": "{record.step.tool}", "input": "{record.step.input[:80]}"}}'
+        result = record.observation.summary(clip) if record.observation else "(no result)"
+    return STEP_TEMPLATE.format(turn=record.turn, action=action, result=result)
+
+
+def build_messages(
+    question: str,
+    tool_lines: Sequence[str],
+    analysis: QueryAnalysis | None,
+    history: Sequence[TurnRecord],
+    *,
+    max_steps: int = 3,
+    clip: int = 160,
+) -> list[dict[str, str]]:
+    """Chat messages of the planner's state: system (format, tools, example) + user (question, steps)."""
+    system = SYSTEM_TEMPLATE.format(schema=NextStep.SCHEMA, tools="\n".join(tool_lines))
+    analysis_text = ""
+    if analysis is not None and (analysis.tools or analysis.skills):
+        parts = []
+        if analysis.skills:
+            parts.append("Skills: " + ", ".join(analysis.skills))
+        if analysis.tools:
+            parts.append("Useful tools: " + ", ".join(analysis.tools))
+        analysis_text = "; ".join(parts) + "\n"
+    steps = list(history)[-max_steps:] if max_steps > 0 else []
+    history_text = "".join(render_step(r, clip) for r in steps)
+    user = USER_TEMPLATE.format(question=question.strip(), analysis=analysis_text, history=history_text)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def parse(text: str) -> Parsed[NextStep]:
+    """Parse the planner's output (strict, repaired, or FAILED; never raises)."""
+    return parse_into(text, NextStep)
+
+
+def tool_lines_for(tools: Mapping[str, Any], describe: Any) -> list[str]:
+    """One prompt line per tool, from ``describe(tool) -> (description, example)``."""
+    lines = []
+    for name, tool in tools.items():
+        description, example = describe(tool)
+        lines.append(tool_line(name, description, example))
+    return lines

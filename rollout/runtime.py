@@ -1,0 +1,99 @@
+"""Build the run-time pieces of a worker or an ``ask`` run from :class:`RolloutConfig`.
+
+Registries (no if/elif chains): :data:`POLICIES` (``local`` | ``vllm``) builds the planner policy;
+:data:`ROLE_BACKENDS` (``local`` | ``openai``) builds the fixed text model of the executor,
+verifier, synthesiser and analysis (only when one of them runs in ``model`` mode, or the
+``generalist`` tool is enabled); :func:`build_context` assembles the :class:`LoopContext`.
+
+Heavy imports (torch, transformers, openai) happen inside the factories, so importing this module
+is cheap. What is not covered: starting a vLLM server (deploy it; see k8s/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from streamgrpo.rollout.config import RolloutConfig
+from streamgrpo.rollout.loop import LoopContext
+from streamgrpo.rollout.policy.base import PlannerPolicy, TextModel
+from streamgrpo.rollout.roles.analyser import build_analyser
+from streamgrpo.rollout.roles.executor import build_executor
+from streamgrpo.rollout.roles.synthesiser import build_synthesiser
+from streamgrpo.rollout.roles.verifier import build_verifier
+
+
+def _local_policy(cfg: RolloutConfig) -> PlannerPolicy:
+    from streamgrpo.rollout.policy.local import LocalPolicy
+
+    return LocalPolicy(cfg.model, device=cfg.device, cache_dir=cfg.model_cache_dir, dtype=cfg.dtype,
+                       keep_last=cfg.keep_resident)
+
+
+def _vllm_policy(cfg: RolloutConfig) -> PlannerPolicy:
+    from streamgrpo.rollout.policy.vllm import VLLMPolicy
+
+    return VLLMPolicy(base_url=cfg.vllm_url, model=cfg.vllm_model or cfg.model, api_key=cfg.vllm_api_key,
+                      tokenizer=cfg.model, keep_last=cfg.keep_resident)
+
+
+#: policy backend name -> factory(config)
+POLICIES: dict[str, Callable[[RolloutConfig], PlannerPolicy]] = {"local": _local_policy, "vllm": _vllm_policy}
+
+
+def _local_text(cfg: RolloutConfig, policy: PlannerPolicy) -> TextModel:
+    from streamgrpo.rollout.policy.local import LocalPolicy, LocalTextModel
+
+    # the same weights with the adapter disabled; a non-local planner gets its own local copy
+    base = policy if isinstance(policy, LocalPolicy) else _local_policy(cfg)
+    return LocalTextModel(base)  # type: ignore[arg-type]
+
+
+def _openai_text(cfg: RolloutConfig, policy: PlannerPolicy) -> TextModel:
+    from streamgrpo.rollout.policy.openai_text import OpenAITextModel
+
+    if not cfg.role_base_url or not cfg.role_model:
+        raise ValueError("role_backend 'openai' needs role_base_url and role_model in the [rollout] settings")
+    return OpenAITextModel(base_url=cfg.role_base_url, model=cfg.role_model, api_key=cfg.role_api_key)
+
+
+#: role backend name -> factory(config, planner policy)
+ROLE_BACKENDS: dict[str, Callable[[RolloutConfig, PlannerPolicy], TextModel]] = {
+    "local": _local_text, "openai": _openai_text,
+}
+
+
+def needs_text_model(cfg: RolloutConfig) -> bool:
+    """True when some role runs in 'model' mode or the generalist tool is enabled."""
+    modes = (cfg.analysis_mode, cfg.executor_mode, cfg.verifier_mode, cfg.synthesiser_mode)
+    return "model" in modes or "generalist" in cfg.tools.enabled
+
+
+def build_policy(cfg: RolloutConfig) -> PlannerPolicy:
+    return POLICIES[cfg.policy](cfg)
+
+
+def build_context(cfg: RolloutConfig, policy: PlannerPolicy, text_model: TextModel | None = None) -> LoopContext:
+    """Tools + roles around ``policy``; builds the role text model when a mode needs one."""
+    from streamgrpo.rollout.tools import ToolContext, build_tools
+
+    if text_model is None and needs_text_model(cfg):
+        text_model = ROLE_BACKENDS[cfg.role_backend](cfg, policy)
+    generate = None
+    if text_model is not None:
+        model = text_model
+
+        def generate(question: str) -> str:
+            return model.complete([{"role": "user", "content": question}], max_tokens=cfg.role_max_tokens,
+                                  temperature=0.0)
+
+    tools = build_tools(settings=cfg.tools, context=ToolContext(generate=generate))
+    kw = {"max_tokens": cfg.role_max_tokens}
+    return LoopContext(
+        policy=policy, tools=tools,
+        analyser=build_analyser(cfg.analysis_mode, text_model, **kw),
+        executor=build_executor(cfg.executor_mode, text_model, **kw),
+        verifier=build_verifier(cfg.verifier_mode, text_model, **kw),
+        synthesiser=build_synthesiser(cfg.synthesiser_mode, text_model, **kw),
+        service=cfg.service, max_prompt_tokens=cfg.max_prompt_tokens, history_steps=cfg.history_steps,
+        observation_clip=cfg.observation_clip, response_prefix=cfg.response_prefix,
+    )

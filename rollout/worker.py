@@ -1,0 +1,199 @@
+"""Rollout worker: consume ``rollout-requests``, run each group's trajectories, produce their events.
+
+Wiring only (the agent logic is :mod:`streamgrpo.rollout.loop`):
+
+- consumes ``rollout-requests`` in the consumer group ``RolloutConfig.consumer_group`` (more
+  workers in the group = more partitions served = more throughput);
+- gathers the requests of one group that arrive together: after a non-empty poll it keeps polling
+  for up to ``linger_ms`` while some group has fewer than ``group_size`` requests in hand;
+  duplicates (same rollout_id) in hand are dropped; rollouts this process already completed and
+  flushed are skipped (a redelivery after a rebalance), the rest re-run and re-emit the same
+  deterministic event ids, so downstream dedup recognises them;
+- runs up to ``concurrency`` groups at once, each with :func:`run_group` in a worker thread (model
+  calls block; the asyncio consumer keeps heartbeating meanwhile);
+- then flushes the producer and only then commits the offsets: at-least-once.
+
+Adapter versions (no silent fallback): a group runs on the version its requests carry. Version 0
+is the base model. For v>0 the worker waits up to ``adapter_wait_s`` for the follower to have it
+announced and resident (loading it on demand), then pins it for the whole group. If it never
+becomes available, the group's rollouts end as ERROR ``"adapter <name>@v<N> not available..."`` --
+unless ``serve_resident_fallback`` is on, in which case the newest resident version (or the base
+model) serves and every PlannerAction/RolloutCompleted records the version that ACTUALLY served.
+
+What is covered: delivery semantics, grouping, adapter gating, bounded concurrency.
+What is not covered: pipelining across polls (the next poll waits until the current batch of
+groups finished and was committed), admission/pacing (the fan-out does it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from streamgrpo.avro import records as R
+from streamgrpo.config import KafkaSettings
+from streamgrpo.rollout.config import RolloutConfig
+from streamgrpo.rollout.errors import PolicyError
+from streamgrpo.rollout.loop import LoopContext, RolloutResult, fail_group, run_group
+from streamgrpo.topics.errors import ProduceError
+
+log = logging.getLogger(__name__)
+
+TOPIC = "rollout-requests"
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker process (for logs and the benchmark)."""
+
+    groups: int = 0
+    rollouts: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    skipped_duplicates: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def rate(self) -> float:
+        """Completed rollouts per second since start."""
+        return self.rollouts / max(1e-9, time.monotonic() - self.started)
+
+
+def group_requests(requests: Sequence[R.RolloutRequest]) -> list[list[R.RolloutRequest]]:
+    """Bucket by group_id in arrival order; drop repeated rollout_ids; sort each group by rollout_index."""
+    groups: dict[str, dict[str, R.RolloutRequest]] = {}
+    for r in requests:
+        bucket = groups.setdefault(str(r.envelope.group_id), {})
+        bucket.setdefault(str(r.envelope.rollout_id), r)
+    return [sorted(b.values(), key=lambda r: r.rollout_index) for b in groups.values()]
+
+
+def incomplete(requests: Sequence[R.RolloutRequest]) -> bool:
+    """True when some group in hand has fewer requests than its group_size."""
+    return any(len(g) < g[0].group_size for g in group_requests(requests))
+
+
+class RolloutWorker:
+    """One worker process: consumer + thread pool of group runs + producer (see module docstring)."""
+
+    def __init__(self, config: RolloutConfig, kafka: KafkaSettings, ctx: LoopContext, producer: object,
+                 follower: object | None = None) -> None:
+        self.config = config
+        self.kafka = kafka
+        self.ctx = ctx
+        self.producer = producer
+        self.follower = follower
+        self.stats = WorkerStats()
+        self._done: OrderedDict[str, None] = OrderedDict()
+        self._slots = asyncio.Semaphore(config.concurrency)
+
+    # -- consumer loop --------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event, *, max_rollouts: int | None = None) -> WorkerStats:
+        """Consume until ``stop`` is set (or ``max_rollouts`` were completed)."""
+        from streamgrpo.topics.consumer import EventConsumer
+
+        async with EventConsumer(self.kafka, group_id=self.config.consumer_group, topics=[TOPIC],
+                                 service=self.config.service) as consumer:
+            while not stop.is_set():
+                batch = await self._gather(consumer)
+                if batch:
+                    await self.process(batch)
+                    await self._flush()
+                    for r in batch:
+                        self._remember(str(r.envelope.rollout_id))
+                await consumer.commit()
+                if max_rollouts is not None and self.stats.rollouts >= max_rollouts:
+                    break
+        return self.stats
+
+    async def _gather(self, consumer: object) -> list[R.RolloutRequest]:
+        cfg = self.config
+        received = await consumer.poll(max_records=cfg.batch_max_records, timeout_ms=500)  # type: ignore[attr-defined]
+        requests = [r.event for r in received if isinstance(r.event, R.RolloutRequest)]
+        deadline = time.monotonic() + cfg.linger_ms / 1000
+        while requests and incomplete(requests) and time.monotonic() < deadline:
+            more = await consumer.poll(max_records=cfg.batch_max_records, timeout_ms=50)  # type: ignore[attr-defined]
+            requests += [r.event for r in more if isinstance(r.event, R.RolloutRequest)]
+        fresh = [r for r in requests if str(r.envelope.rollout_id) not in self._done]
+        self.stats.skipped_duplicates += len(requests) - len(fresh)
+        return fresh
+
+    async def process(self, requests: Sequence[R.RolloutRequest]) -> None:
+        """Run every group in ``requests`` (at most ``concurrency`` at once) and produce their events."""
+        await asyncio.gather(*(self._one_group(g) for g in group_requests(requests)))
+
+    async def _one_group(self, group: list[R.RolloutRequest]) -> None:
+        async with self._slots:
+            results = await asyncio.to_thread(self.run_group_sync, group)
+        self.stats.groups += 1
+        self.stats.rollouts += len(results)
+        self.stats.statuses.update(r.status.value for r in results)
+
+    async def _flush(self) -> None:
+        for attempt in range(5):
+            try:
+                await asyncio.to_thread(self.producer.flush)  # type: ignore[attr-defined]
+                return
+            except ProduceError as exc:
+                log.error("flush failed (attempt %d/5): %s", attempt + 1, exc)
+                await asyncio.sleep(min(30.0, 2.0**attempt))
+        raise ProduceError("events could not be delivered after 5 attempts; offsets not committed "
+                           "(the requests will be redelivered when the worker restarts)")
+
+    def _remember(self, rollout_id: str) -> None:
+        self._done[rollout_id] = None
+        while len(self._done) > 100_000:
+            self._done.popitem(last=False)
+
+    # -- one group (runs in a thread) --------------------------------------------------------------
+    def run_group_sync(self, group: list[R.RolloutRequest]) -> list[RolloutResult]:
+        """Adapter gate + pin + lockstep run; every rollout of ``group`` ends with one RolloutCompleted."""
+        sink = self.producer.send  # type: ignore[attr-defined]
+        first = group[0]
+        cap = self.config.max_turns
+        group = [replace(r, max_turns=min(r.max_turns, cap)) if r.max_turns > cap else r for r in group]
+        served, reason = self.acquire_version(first.adapter_name, first.adapter_version)
+        if served is None:
+            return fail_group(group, self.ctx, sink, reason).results
+        if served != first.adapter_version:
+            log.warning("group %s asked %s@v%d; serving v%d (serve_resident_fallback)", first.envelope.group_id,
+                        first.adapter_name, first.adapter_version, served)
+            group = [replace(r, adapter_version=served) for r in group]
+        try:
+            return run_group(group, self.ctx, sink).results
+        finally:
+            if served != 0:
+                self.ctx.policy.unpin(first.adapter_name, served)
+
+    def acquire_version(self, name: str, version: int) -> tuple[int | None, str]:
+        """Pin the version that will serve and return it, or (None, reason). Blocks up to ``adapter_wait_s``.
+
+        The caller unpins a returned version > 0 when the group is done (version 0 is never pinned).
+        """
+        if version == 0:
+            return 0, ""
+        deadline = time.monotonic() + self.config.adapter_wait_s
+        reason = "never became resident"
+        while True:
+            try:
+                if self.follower is not None:
+                    self.follower.wait_announced(name, version, max(0.0, deadline - time.monotonic()))  # type: ignore[attr-defined]
+                    self.follower.ensure_resident(name, version)  # type: ignore[attr-defined]
+                self.ctx.policy.pin(name, version)
+                return version, ""
+            except PolicyError as exc:
+                reason = str(exc)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        if self.config.serve_resident_fallback:
+            for resident in sorted(self.ctx.policy.resident_versions(name), reverse=True):
+                try:
+                    self.ctx.policy.pin(name, resident)
+                    return resident, ""
+                except PolicyError:
+                    continue
+            return 0, ""
+        return None, f"adapter {name}@v{version} not available after {self.config.adapter_wait_s:g}s: {reason}"
