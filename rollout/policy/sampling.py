@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -107,9 +108,12 @@ def sample_batch(
     done = torch.zeros(batch, dtype=torch.bool)
     past = None
     step_ids, step_pos = ids, positions
+    # Only the last position's logits are needed: on the prefill this avoids a (B, T, V) tensor
+    # (49k vocabulary x 500-token prompts) where models support it (transformers' logits_to_keep).
+    extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
     for _ in range(max_new_tokens):
         result = model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
-                       past_key_values=past, use_cache=True)
+                       past_key_values=past, use_cache=True, **extra)
         past = result.past_key_values
         tokens, lps = sample_step(result.logits[:, -1, :], temperature, top_p, generator)
         tokens_cpu, lps_cpu = tokens.cpu().tolist(), lps.cpu().tolist()
@@ -126,3 +130,13 @@ def sample_batch(
         step_pos = step_pos[:, -1:] + 1
         mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)], dim=1)
     return [Sampled(token_ids=i, logprobs=lp) for i, lp in zip(out_ids, out_lp, strict=True)]
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    import inspect
+
+    target = getattr(model, "get_base_model", lambda: model)()
+    try:
+        return "logits_to_keep" in inspect.signature(target.forward).parameters
+    except (TypeError, ValueError):
+        return False
