@@ -27,8 +27,8 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "codec": (["bench_codec.py", "2000"], "Avro codec vs JSON"),
     "broker": (["bench_broker.py", "20000"], "Embedded broker: produce / consume per client"),
     "streams": (["bench_streams.py"], "Advantage window: rewards/s and last-reward -> samples latency"),
-    "generation": (["bench_generation.py"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
-    "rollout": (["bench_rollout.py"], "Rollout worker throughput on the built-in tasks"),
+    "generation": (["bench_generation.py", "--threads", "1", "--rounds", "3"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
+    "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
 }
 
@@ -77,6 +77,8 @@ def render(results: list[dict[str, object]]) -> str:
         lines += ["| metric | value |", "|---|---|"]
         for k, v in r.items():
             if k in ("bench", "command", "seconds", "notes", "table"):
+                continue
+            if isinstance(v, dict) and "table" in r:  # shown in the side-by-side table below
                 continue
             lines.append(f"| {k} | {_fmt(v)} |")
         if "table" in r:
