@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streamgrpo.rollout.tools.base import Param, Tool, ToolExample, ToolResult, ToolSpec
-
 from streamgrpo.errors import StreamGRPOError
+from streamgrpo.rollout.tools.base import Param, Tool, ToolExample, ToolResult, ToolSpec
 
 PROMPT = (
     "Answer the question below accurately and concisely. If you are not sure, say so.\n\n"

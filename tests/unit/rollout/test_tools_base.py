@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from streamgrpo.rollout.tools import (
     TOOL_FACTORIES,
     ToolContext,

@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from streamgrpo.rollout.tools.calculator import Calculator, evaluate, format_number
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from streamgrpo.rollout.tools import ToolsSettings, build_tools
 from streamgrpo.rollout.tools.errors import ToolConfigError
 from streamgrpo.rollout.tools.knowledge_search import BM25Index, KnowledgeSearch, load_passages, tokenize

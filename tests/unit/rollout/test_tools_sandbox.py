@@ -8,6 +8,7 @@ import resource
 from pathlib import Path
 
 import pytest
+
 from streamgrpo.rollout.tools.config import SandboxSettings
 from streamgrpo.rollout.tools.python_sandbox import PythonSandbox, run_sandboxed
 

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+
 from streamgrpo.rollout.tools.config import WikipediaSettings
 from streamgrpo.rollout.tools.wikipedia import WikipediaSearch, clean_snippet
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from streamgrpo.topics.datasets import (
     DatasetError,
     RowError,
