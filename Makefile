@@ -42,7 +42,7 @@ bench: setup ## Benchmarks; results are written to BENCHMARKS.md
 
 lint: setup ## ruff + mypy
 	$(BIN)/ruff check .
-	$(BIN)/mypy streamgrpo avro topics
+	$(BIN)/mypy streamgrpo avro topics streams trainer rollout judge
 
 fmt: setup ## Format with ruff
 	$(BIN)/ruff format .
