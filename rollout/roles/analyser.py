@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from streamgrpo.rollout.policy.base import TextModel
-from streamgrpo.rollout.roles.types import QueryAnalysis, prompt_hash
+from streamgrpo.rollout.roles.types import QueryAnalysis, pick_mode, prompt_hash, require_model
 from streamgrpo.rollout.structured import parse_into
 
 SYSTEM_TEMPLATE = """List the skills and tools a question needs. Reply with ONE JSON object only:
@@ -100,8 +100,7 @@ def _rule(model: TextModel | None, **_: Any) -> Analyser:
 
 
 def _model(model: TextModel | None, **kw: Any) -> Analyser:
-    if model is None:
-        raise ValueError("analysis mode 'model' needs a text model (set role_model in the rollout settings)")
+    model = require_model("analysis", model)
     return ModelAnalyser(model, **kw)
 
 
@@ -111,6 +110,4 @@ ANALYSERS: dict[str, Callable[..., Analyser]] = {"rule": _rule, "model": _model}
 
 def build_analyser(mode: str, model: TextModel | None = None, **options: Any) -> Analyser:
     """The analyser for ``mode`` (see :data:`ANALYSERS`)."""
-    if mode not in ANALYSERS:
-        raise ValueError(f"unknown analysis mode {mode!r}; choose one of {sorted(ANALYSERS)}")
-    return ANALYSERS[mode](model, **options)
+    return pick_mode("analysis", ANALYSERS, mode, model, **options)

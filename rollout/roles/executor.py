@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamgrpo.rollout.policy.base import TextModel
-from streamgrpo.rollout.roles.types import NextStep, Observation, ToolCommand, prompt_hash
+from streamgrpo.rollout.roles.types import (
+    NextStep,
+    Observation,
+    ToolCommand,
+    pick_mode,
+    prompt_hash,
+    require_model,
+)
 from streamgrpo.rollout.structured import parse_into
 from streamgrpo.rollout.tools.base import Tool, coerce_args
 
@@ -109,8 +116,7 @@ def _passthrough(model: TextModel | None, **_: Any) -> Executor:
 
 
 def _model(model: TextModel | None, **kw: Any) -> Executor:
-    if model is None:
-        raise ValueError("executor mode 'model' needs a text model (set role_model in the rollout settings)")
+    model = require_model("executor", model)
     return ModelExecutor(model, **kw)
 
 
@@ -120,6 +126,4 @@ EXECUTORS: dict[str, Callable[..., Executor]] = {"passthrough": _passthrough, "m
 
 def build_executor(mode: str, model: TextModel | None = None, **options: Any) -> Executor:
     """The executor for ``mode`` (see :data:`EXECUTORS`)."""
-    if mode not in EXECUTORS:
-        raise ValueError(f"unknown executor mode {mode!r}; choose one of {sorted(EXECUTORS)}")
-    return EXECUTORS[mode](model, **options)
+    return pick_mode("executor", EXECUTORS, mode, model, **options)

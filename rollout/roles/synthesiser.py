@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamgrpo.rollout.policy.base import TextModel
-from streamgrpo.rollout.roles.types import TurnRecord, prompt_hash
+from streamgrpo.rollout.roles.types import TurnRecord, pick_mode, prompt_hash, require_model
 
 SYSTEM_TEMPLATE = """Answer the question in one short sentence using the notes. Write only the answer."""
 
@@ -92,8 +92,7 @@ def _passthrough(model: TextModel | None, **_: Any) -> Synthesiser:
 
 
 def _model(model: TextModel | None, **kw: Any) -> Synthesiser:
-    if model is None:
-        raise ValueError("synthesiser mode 'model' needs a text model (set role_model in the rollout settings)")
+    model = require_model("synthesiser", model)
     return ModelSynthesiser(model, **kw)
 
 
@@ -103,6 +102,4 @@ SYNTHESISERS: dict[str, Callable[..., Synthesiser]] = {"passthrough": _passthrou
 
 def build_synthesiser(mode: str, model: TextModel | None = None, **options: Any) -> Synthesiser:
     """The synthesiser for ``mode`` (see :data:`SYNTHESISERS`)."""
-    if mode not in SYNTHESISERS:
-        raise ValueError(f"unknown synthesiser mode {mode!r}; choose one of {sorted(SYNTHESISERS)}")
-    return SYNTHESISERS[mode](model, **options)
+    return pick_mode("synthesiser", SYNTHESISERS, mode, model, **options)

@@ -12,8 +12,9 @@ its template) and any model call.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from streamgrpo.avro.records import ParseStatus
 from streamgrpo.rollout.structured import as_text
@@ -146,3 +147,20 @@ class TurnRecord:
     parse_error: str | None = None
     observation: Observation | None = None
     notes: dict[str, str] = field(default_factory=dict)
+
+
+RoleT = TypeVar("RoleT")
+
+
+def require_model(role: str, model: Any) -> Any:
+    """The text model a role's 'model' mode needs, or a clear error naming the setting."""
+    if model is None:
+        raise ValueError(f"{role} mode 'model' needs a text model (set role_model in the rollout settings)")
+    return model
+
+
+def pick_mode(role: str, registry: Mapping[str, Callable[..., RoleT]], mode: str, model: Any, **options: Any) -> RoleT:
+    """Build the role implementation registered for ``mode`` (one rule for every role's registry)."""
+    if mode not in registry:
+        raise ValueError(f"unknown {role} mode {mode!r}; choose one of {sorted(registry)}")
+    return registry[mode](model, **options)

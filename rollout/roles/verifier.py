@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamgrpo.rollout.policy.base import TextModel
-from streamgrpo.rollout.roles.types import TurnRecord, Verification, prompt_hash
+from streamgrpo.rollout.roles.types import TurnRecord, Verification, pick_mode, prompt_hash, require_model
 from streamgrpo.rollout.structured import parse_into
 
 SYSTEM_TEMPLATE = """You check if the notes are enough to answer the question. Reply with ONE JSON object only:
@@ -105,8 +105,7 @@ def _rule(model: TextModel | None, **_: Any) -> Verifier:
 
 
 def _model(model: TextModel | None, **kw: Any) -> Verifier:
-    if model is None:
-        raise ValueError("verifier mode 'model' needs a text model (set role_model in the rollout settings)")
+    model = require_model("verifier", model)
     return ModelVerifier(model, **kw)
 
 
@@ -116,6 +115,4 @@ VERIFIERS: dict[str, Callable[..., Verifier]] = {"rule": _rule, "model": _model}
 
 def build_verifier(mode: str, model: TextModel | None = None, **options: Any) -> Verifier:
     """The verifier for ``mode`` (see :data:`VERIFIERS`)."""
-    if mode not in VERIFIERS:
-        raise ValueError(f"unknown verifier mode {mode!r}; choose one of {sorted(VERIFIERS)}")
-    return VERIFIERS[mode](model, **options)
+    return pick_mode("verifier", VERIFIERS, mode, model, **options)
