@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help setup install run test test-e2e test-all bench lint fmt schemas-check schemas-release k8s-validate clean broker-up broker-down
+.PHONY: help setup install run test test-e2e test-all bench bench-long lint fmt schemas-check schemas-release k8s-validate clean broker-up broker-down
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -37,8 +37,11 @@ test-e2e: setup ## Slow end-to-end tests on SmolLM2 (also run by CI)
 
 test-all: test test-e2e ## Both suites
 
-bench: setup ## Benchmarks; results are written to BENCHMARKS.md
+bench: setup ## Benchmarks (codec, broker, generation, rollout, streams); results go to BENCHMARKS.md
 	$(BIN)/python bench/run_all.py
+
+bench-long: setup ## The long benchmarks: TRL side-by-side (~15 min) and a 21-minute learning run
+	$(BIN)/python bench/run_all.py trl learning
 
 lint: setup ## ruff + mypy
 	$(BIN)/ruff check .

@@ -30,7 +30,10 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "generation": (["bench_generation.py", "--threads", "1", "--rounds", "3"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
     "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
+    "learning": (["bench_learning.py", "1260"], "Learning on the built-in tasks: one `streamgrpo run` on the CPU"),
 }
+#: The long ones (12-25 min each) run only when named: `python bench/run_all.py trl learning`.
+LONG = ("trl", "learning")
 
 
 #: Reading notes added under a section (what the figures mean; not measured values).
@@ -130,7 +133,7 @@ def main(argv: list[str]) -> int:
     if argv == ["--render"]:  # re-render BENCHMARKS.md from bench/results.json without running anything
         (ROOT / "BENCHMARKS.md").write_text(render(_load_previous(ROOT / "BENCHMARKS.md")))
         return 0
-    names = argv or list(BENCHES)
+    names = argv or [n for n in BENCHES if n not in LONG]
     results = []
     for name in names:
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
