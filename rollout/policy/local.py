@@ -162,9 +162,13 @@ class LocalPolicy(PlannerPolicy):
         self._evict(adapter_name)
 
     def unload_adapter(self, adapter_name: str, version: int) -> None:
-        if not self._slots.is_resident(adapter_name, version) or version == BASE_VERSION:
+        if version == BASE_VERSION:
             return
         with self._lock:
+            # Checked under the lock: the loader thread (after a load) and a worker thread (after an
+            # unpin) may both decide to evict the same version; the second must find it gone.
+            if not self._slots.is_resident(adapter_name, version):
+                return
             self._slots.remove(adapter_name, version)  # raises AdapterInUseError when pinned
             name = served_name(adapter_name, version)
             if set(self._peft.peft_config) == {name}:

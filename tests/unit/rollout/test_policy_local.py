@@ -167,3 +167,28 @@ def test_unloading_the_last_adapter_restores_the_plain_base_model(policy: LocalP
     policy.load_adapter("planner", 2, lora)  # same files under a new immutable name
     (v2,) = policy.generate([prompt], greedy, adapter_name="planner", adapter_version=2)
     assert v2.token_ids == v1.token_ids and max(abs(a - b) for a, b in zip(v2.logprobs, v1.logprobs, strict=True)) < 1e-5
+
+
+def test_concurrent_evictions_of_the_same_version_unload_it_once(policy: LocalPolicy, tmp_path: Path) -> None:
+    """Regression: a load (loader thread) and an unpin (worker thread) both evicting v1 crashed the
+    worker with peft's "Adapter planner@v1 does not exist" (seen in a 21-minute `streamgrpo run`)."""
+    import threading
+
+    policy.load_adapter("planner", 1, save_lora(tmp_path, seed=1))
+    errors: list[BaseException] = []
+
+    def unload() -> None:
+        try:
+            policy.unload_adapter("planner", 1)
+        except BaseException as exc:  # noqa: BLE001 - the test reports whatever escaped
+            errors.append(exc)
+
+    with policy._lock:  # both threads get past any check done before the lock, then race for it
+        threads = [threading.Thread(target=unload) for _ in range(2)]
+        for t in threads:
+            t.start()
+        threading.Event().wait(0.3)
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == []
+    assert policy.resident_versions("planner") == []
