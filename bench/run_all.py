@@ -45,8 +45,10 @@ NOTES: dict[str, str] = {
               "join in ~3 s). `[kafka] session_timeout_ms` sets it for streamgrpo's consumers.",
     "generation": "Same prompt repeated N times (a group's first turn) in one batched call vs N calls; "
                   "1 torch thread; the load average at the end of the run is in the table.",
-    "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier; throughput swings 0.03-0.21 "
-               "rollouts/s with other load on the 2 cores. Most base-model plans do not parse strictly.",
+    "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
+               "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
+               "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "
+               "writing to max_new_tokens. Throughput swings with other load on the 2 cores; compare the columns.",
 }
 
 

@@ -68,6 +68,8 @@ class RolloutConfig(StrictModel):
                                   "planner.")
     response_prefix: str = Field('{"', max_length=32, description="Text forced at the start of every planner "
                                  "reply (part of the state prompt; '' = none). '{\"' makes a small model emit JSON.")
+    stop_at_json_end: bool = Field(True, description="End a planner reply with the token that closes its JSON "
+                                   "object instead of running to EOS / max_new_tokens (the rest is never parsed).")
     temperature: float = Field(0.7, gt=0, le=5, description="Planner temperature of `ask` (requests carry their own).")
     top_p: float = Field(1.0, gt=0, le=1, description="Planner nucleus mass of `ask`.")
     max_new_tokens: int = Field(64, ge=8, le=4096, description="Planner tokens per action in `ask`.")

@@ -34,6 +34,7 @@ from typing import Any
 from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.rollout.policy.base import Generation, PlannerPolicy
+from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 from streamgrpo.rollout.roles import planner
 from streamgrpo.rollout.roles.analyser import Analyser, RuleAnalyser
 from streamgrpo.rollout.roles.executor import Executor, PassthroughExecutor, tool_example, unknown_tool
@@ -67,6 +68,9 @@ class LoopContext:
     #: sampled continuation only, and parsing reads prefix + continuation. Needs a policy with a
     #: ``tokenizer`` (local backends); ignored otherwise.
     response_prefix: str = ""
+    #: End each planner reply with the token that closes its JSON object (:mod:`.policy.stopping`);
+    #: the recorded action is then exactly the object (plus that token's trailing characters, if any).
+    stop_at_json_end: bool = True
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,8 @@ def _plan_turn(
     for (name, version, sampling), trajs in buckets.items():
         try:
             prompts = [_prompt_ids(t, ctx, tool_lines, analysis) for t in trajs]
-            gens = ctx.policy.generate(prompts, sampling, adapter_name=name, adapter_version=version)
+            stop = JsonObjectEnd(effective_prefix(ctx)) if ctx.stop_at_json_end else None
+            gens = ctx.policy.generate(prompts, sampling, adapter_name=name, adapter_version=version, stop=stop)
         except MODEL_ERRORS as exc:
             out.extend((t, f"planner generation failed at turn {turn}: {type(exc).__name__}: {exc}") for t in trajs)
             continue

@@ -96,4 +96,5 @@ def build_context(cfg: RolloutConfig, policy: PlannerPolicy, text_model: TextMod
         synthesiser=build_synthesiser(cfg.synthesiser_mode, text_model, **kw),
         service=cfg.service, max_prompt_tokens=cfg.max_prompt_tokens, history_steps=cfg.history_steps,
         observation_clip=cfg.observation_clip, response_prefix=cfg.response_prefix,
+        stop_at_json_end=cfg.stop_at_json_end,
     )

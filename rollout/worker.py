@@ -34,6 +34,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from streamgrpo import heartbeat
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.rollout.config import RolloutConfig
@@ -98,6 +99,7 @@ class RolloutWorker:
                                  service=self.config.service) as consumer:
             while not stop.is_set():
                 batch = await self._gather(consumer)
+                heartbeat.beat()
                 if batch:
                     await self.process(batch)
                     await self._flush()
@@ -127,6 +129,7 @@ class RolloutWorker:
     async def _one_group(self, group: list[R.RolloutRequest]) -> None:
         async with self._slots:
             results = await asyncio.to_thread(self.run_group_sync, group)
+        heartbeat.beat()  # a long batch of groups still shows progress to the liveness probe
         self.stats.groups += 1
         self.stats.rollouts += len(results)
         self.stats.statuses.update(r.status.value for r in results)

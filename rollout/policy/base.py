@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 from streamgrpo.avro import records as R
 from streamgrpo.rollout.errors import AdapterInUseError
 from streamgrpo.rollout.policy.residency import AdapterSlots
+from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 
 #: Version number meaning "the base model, no adapter".
 BASE_VERSION = 0
@@ -109,8 +110,12 @@ class PlannerPolicy(ABC):
         *,
         adapter_name: str,
         adapter_version: int,
+        stop: JsonObjectEnd | None = None,
     ) -> list[Generation]:
         """Sample one continuation per prompt, in ONE batched call; ``prompts`` may repeat.
+
+        ``stop``: end each continuation with the token that closes its JSON object (see
+        :mod:`.stopping`); ``token_ids``, ``logprobs`` and ``text`` then stop there.
 
         Raises :class:`~streamgrpo.rollout.errors.AdapterNotResidentError` if
         ``adapter_version`` (> 0) is not resident; version 0 is always the base model.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from streamgrpo.avro import records as R
 from streamgrpo.rollout.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
 from streamgrpo.rollout.policy.base import BASE_VERSION, Generation, PlannerPolicy, served_name
 from streamgrpo.rollout.policy.sampling import sample_batch
+from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,7 @@ class LocalPolicy(PlannerPolicy):
     # -- generation -------------------------------------------------------------------------------
     def generate(
         self, prompts: list[list[int]], sampling: R.SamplingParams, *, adapter_name: str, adapter_version: int,
+        stop: JsonObjectEnd | None = None,
     ) -> list[Generation]:
         if not prompts:
             return []
@@ -116,7 +119,7 @@ class LocalPolicy(PlannerPolicy):
         with self._lock:
             self._slots.pin(adapter_name, adapter_version)  # raises AdapterNotResidentError
             try:
-                sampled = self._sample(prompts, sampling, adapter_name, adapter_version)
+                sampled = self._sample(prompts, sampling, adapter_name, adapter_version, stop)
             finally:
                 self._slots.unpin(adapter_name, adapter_version)
         latency = int((time.perf_counter() - start) * 1000)
@@ -127,10 +130,11 @@ class LocalPolicy(PlannerPolicy):
             for p, s in zip(prompts, sampled, strict=True)
         ]
 
-    def _sample(self, prompts: list[list[int]], sampling: R.SamplingParams, name: str, version: int) -> list[Any]:
+    def _sample(self, prompts: list[list[int]], sampling: R.SamplingParams, name: str, version: int,
+                stop: JsonObjectEnd | None) -> list[Any]:
         kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p,
                       max_new_tokens=sampling.max_new_tokens, eos_ids=self.eos_ids, pad_id=self.pad_id,
-                      seed=sampling.seed, device=self.device)
+                      seed=sampling.seed, device=self.device, stop=self._stop_callback(stop, len(prompts)))
         if version == BASE_VERSION:
             if self._peft is None:
                 return sample_batch(self._base, prompts, **kwargs)
@@ -138,6 +142,20 @@ class LocalPolicy(PlannerPolicy):
                 return sample_batch(self._peft, prompts, **kwargs)
         self._peft.set_adapter(served_name(name, version))
         return sample_batch(self._peft, prompts, **kwargs)
+
+    def _stop_callback(self, stop: JsonObjectEnd | None, rows: int) -> Callable[[int, int], bool] | None:
+        """``stop(row, token)`` for :func:`sample_batch`: True once the row's JSON object has closed."""
+        if stop is None:
+            return None
+        scanners = [stop.scanner() for _ in range(rows)]
+        decode = self.tokenizer.decode
+
+        def callback(row: int, token: int) -> bool:
+            # one token decoded alone: braces, quotes and backslashes are ASCII, so they come out
+            # exactly; a token holding part of a multi-byte character decodes to U+FFFD (not structural)
+            return scanners[row].feed(decode([token], skip_special_tokens=True)) is not None
+
+        return callback
 
     # -- adapters ---------------------------------------------------------------------------------
     def load_adapter(self, adapter_name: str, version: int, path: Path) -> None:

@@ -10,13 +10,14 @@ Prompts of different lengths are LEFT padded; the attention mask hides the paddi
 ids count real tokens only (``cumsum(mask) - 1``), so a padded row produces the same logits as the
 same prompt alone (up to float rounding, ~1e-5 in float32).
 
-What is covered: EOS / max_new_tokens stopping, seeded sampling through a ``torch.Generator``.
-What is not: stop strings, repetition penalties, beam search, speculative decoding.
+What is covered: EOS / max_new_tokens stopping, a per-row ``stop(row, token)`` callback (used to end a
+planner reply where its JSON object closes, see :mod:`.stopping`), seeded sampling through a
+``torch.Generator``. What is not: repetition penalties, beam search, speculative decoding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,11 +95,13 @@ def sample_batch(
     pad_id: int,
     seed: int | None = None,
     device: torch.device | str = "cpu",
+    stop: Callable[[int, int], bool] | None = None,
 ) -> list[Sampled]:
     """Sample up to ``max_new_tokens`` per prompt with a manual KV-cached decode loop.
 
     ``model`` is any causal LM taking ``input_ids (B, t)``, ``attention_mask (B, T_past + t)``,
-    ``position_ids (B, t)`` and ``past_key_values``; rows stop at their first EOS.
+    ``position_ids (B, t)`` and ``past_key_values``; rows stop at their first EOS, or after the token
+    for which ``stop(row, token)`` returns True (that token is kept).
     """
     generator = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else None
     ids, mask, positions = left_pad(prompts, pad_id, device)
@@ -122,7 +125,7 @@ def sample_batch(
                 continue
             out_ids[row].append(tokens_cpu[row])
             out_lp[row].append(lps_cpu[row])
-            if tokens_cpu[row] in eos_ids:
+            if tokens_cpu[row] in eos_ids or (stop is not None and stop(row, tokens_cpu[row])):
                 done[row] = True
         if bool(done.all()):
             break

@@ -33,6 +33,7 @@ Not covered: streaming, per-row seeds, prompt logprobs, multi-LoRA batches in on
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -49,6 +50,7 @@ from streamgrpo.rollout.errors import (
     PolicyError,
 )
 from streamgrpo.rollout.policy.base import BASE_VERSION, Generation, PlannerPolicy, served_name
+from streamgrpo.rollout.policy.stopping import JsonObjectEnd, cut_at_offsets
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +66,33 @@ def parse_token(token: str) -> int:
     return int(token[len(TOKEN_PREFIX):])
 
 
-def parse_choice(choice: dict[str, Any]) -> tuple[str, list[int], list[float]]:
-    """One completion choice -> (text, sampled token ids, their logprobs)."""
+def parse_choice(choice: dict[str, Any], stop: JsonObjectEnd | None = None) -> tuple[str, list[int], list[float]]:
+    """One completion choice -> (text, sampled token ids, their logprobs), cut where ``stop`` says.
+
+    The cut uses the choice's ``text_offset`` (start character of each token in ``text``); a choice
+    without offsets is kept whole (logged once per process).
+    """
     lp = choice.get("logprobs") or {}
     tokens, values = lp.get("tokens"), lp.get("token_logprobs")
     if tokens is None or values is None or len(tokens) != len(values):
         raise PolicyError("vLLM completion choice has no usable logprobs (request sent logprobs=1)")
-    return str(choice.get("text", "")), [parse_token(t) for t in tokens], [float(v) for v in values]
+    text, ids, logprobs = str(choice.get("text", "")), [parse_token(t) for t in tokens], [float(v) for v in values]
+    if stop is None:
+        return text, ids, logprobs
+    offsets = lp.get("text_offset")
+    if offsets is None or len(offsets) != len(ids):
+        _warn_no_offsets()
+        return text, ids, logprobs
+    keep = cut_at_offsets(stop, text, offsets)
+    if keep is None or keep >= len(ids):
+        return text, ids, logprobs
+    end = offsets[keep] if keep < len(offsets) else len(text)
+    return text[:end], ids[:keep], logprobs[:keep]
+
+
+@functools.cache
+def _warn_no_offsets() -> None:
+    log.warning("vLLM returned no text_offset; planner replies are not cut at the end of their JSON object")
 
 
 def error_message(response: httpx.Response) -> str:
@@ -174,7 +196,7 @@ class VLLMPolicy(PlannerPolicy):
         return [int(t) for t in response.json()["tokens"]]
 
     def generate(self, prompts: list[list[int]], sampling: R.SamplingParams, *, adapter_name: str,
-                 adapter_version: int) -> list[Generation]:
+                 adapter_version: int, stop: JsonObjectEnd | None = None) -> list[Generation]:
         if not prompts:
             return []
         if sampling.top_p < 1.0 and not self._warned_top_p:
@@ -190,7 +212,7 @@ class VLLMPolicy(PlannerPolicy):
                 choices = self._complete(model, distinct, n, sampling)
                 for p_idx, row_ids in enumerate(rows):
                     for j, row in enumerate(row_ids):
-                        results[row] = parse_choice(choices[p_idx * n + j])
+                        results[row] = parse_choice(choices[p_idx * n + j], stop)
         finally:
             self._slots.unpin(adapter_name, adapter_version)
         latency = int((time.perf_counter() - start) * 1000)

@@ -122,7 +122,9 @@ def test_fallback_when_allowed_records_the_version_that_actually_served(kafka_ns
 
 
 @pytest.mark.broker
-def test_resident_adapter_serves_the_group_and_is_pinned_while_it_runs(kafka_ns: KafkaSettings, tmp_path) -> None:
+def test_resident_adapter_serves_the_group_and_is_pinned_while_it_runs(kafka_ns: KafkaSettings, tmp_path,
+                                                                      monkeypatch) -> None:
+    monkeypatch.setenv("STREAMGRPO_HEARTBEAT_FILE", str(tmp_path / "rollout.hb"))
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -146,9 +148,9 @@ def test_resident_adapter_serves_the_group_and_is_pinned_while_it_runs(kafka_ns:
     ctx = build_context(cfg, policy)
     original = ctx.policy.generate
 
-    def generate_and_watch(prompts, sampling, *, adapter_name, adapter_version):
+    def generate_and_watch(prompts, sampling, *, adapter_name, adapter_version, stop=None):
         pins_seen.append(policy._slots.pin_count(adapter_name, adapter_version))
-        return original(prompts, sampling, adapter_name=adapter_name, adapter_version=adapter_version)
+        return original(prompts, sampling, adapter_name=adapter_name, adapter_version=adapter_version, stop=stop)
 
     ctx.policy.generate = generate_and_watch  # observe the real policy's pin state; generation is unchanged
     producer = EventProducer(kafka_ns, cfg.service)
@@ -156,6 +158,7 @@ def test_resident_adapter_serves_the_group_and_is_pinned_while_it_runs(kafka_ns:
     asyncio.run(asyncio.wait_for(worker.run(asyncio.Event(), max_rollouts=3), 300))
     producer.close()
     assert pins_seen == [1] and policy._slots.pin_count("planner", 3) == 0  # pinned during, released after
+    assert (tmp_path / "rollout.hb").exists()  # the worker loop beat the liveness file
     actions = [r.event for r in read_topic(kafka_ns, "planner-actions", timeout_s=20)]
     done = [r.event for r in read_topic(kafka_ns, "rollouts", timeout_s=20)]
     assert len(actions) == 3 and {a.adapter_version for a in actions} == {3}

@@ -12,6 +12,7 @@ from streamgrpo.avro.codec import Codec
 from streamgrpo.rollout.errors import PolicyError
 from streamgrpo.rollout.loop import LoopContext, run_group
 from streamgrpo.rollout.policy.base import Generation, PlannerPolicy
+from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 from streamgrpo.rollout.roles import planner
 from streamgrpo.rollout.tools.calculator import Calculator
 
@@ -27,17 +28,19 @@ class ScriptedPolicy(PlannerPolicy):
         self.fail_at_call = fail_at_call
         self._turn_of: dict[int, int] = {}
         self.prompts: list[list[list[int]]] = []
+        self.stops: list[object] = []  # the stop rule of each generate call
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         text = "\n".join(m["content"] for m in messages)
         return [ord(c) % 50000 for c in text]
 
-    def generate(self, prompts, sampling, *, adapter_name, adapter_version):
+    def generate(self, prompts, sampling, *, adapter_name, adapter_version, stop=None):
         if self.fail_at_call is not None and len(self.calls) == self.fail_at_call:
             raise PolicyError("scripted failure")
         turn = len(self.calls)
         self.calls.append(len(prompts))
         self.prompts.append(prompts)
+        self.stops.append(stop)
         out = []
         for i, prompt in enumerate(prompts):
             slot = self._active_slots(turn)[i]
@@ -188,9 +191,14 @@ def test_response_prefix_is_part_of_the_state_and_of_the_parsed_text():
     assert [a.parse_status for a in actions] == [R.ParseStatus.STRICT, R.ParseStatus.STRICT]
     assert actions[0].action_text.startswith('tool"') and actions[0].prompt_token_ids[-2:] == prefix_ids
     assert result.results[0].final_answer == "4"
+    assert policy.stops == [JsonObjectEnd('{"')] * 2  # replies end where the object opened by the prefix closes
     # without a tokenizer the prefix cannot be forced, so it is not assumed when parsing
     plain = ScriptedPolicy([['tool": "calculator", "input": "2+2"}']])
     _ = run_group(requests(1, max_turns=1), LoopContext(policy=plain, tools={"calculator": Calculator()},
                                                         response_prefix='{"'), events.append)
     last_action = of(events, R.PlannerAction)[-1]
     assert last_action.envelope.turn == 1 and last_action.parse_status is R.ParseStatus.FAILED
+    assert plain.stops == [JsonObjectEnd("")]  # no forced prefix: the reply's own first '{' opens the object
+    off = ScriptedPolicy([['answer": "4"}']])
+    run_group(requests(1, max_turns=1), LoopContext(policy=off, tools={}, stop_at_json_end=False), events.append)
+    assert off.stops == [None]

@@ -1,0 +1,76 @@
+"""Stopping a planner reply at the end of its JSON object: the scanner, the sampler, both backends."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamgrpo.avro import records as R
+from streamgrpo.rollout.policy.local import LocalPolicy
+from streamgrpo.rollout.policy.stopping import JsonObjectEnd, cut_at_offsets
+from streamgrpo.rollout.policy.tiny import build_tiny_model, build_tiny_tokenizer
+from streamgrpo.rollout.policy.vllm import parse_choice
+
+
+@pytest.mark.parametrize(("prefix", "reply", "end"), [
+    ('{"', 'tool": "calculator", "input": "2+2"} and then more', len('tool": "calculator", "input": "2+2"}')),
+    ('{"', 'answer": "a } inside"}{"x": 1}', len('answer": "a } inside"}')),
+    ('{"', 'answer": "say \\"}\\" twice"} tail', len('answer": "say \\"}\\" twice"}')),
+    ('{"', 'tool": "python", "input": {"code": "x = {1: [2]}"}}\n', len('tool": "python", "input": {"code": "x = {1: [2]}"}}')),
+    ('{"', 'a": [1, {"b": 2}, "]"]}', len('a": [1, {"b": 2}, "]"]}')),
+    ("", 'Sure! {"answer": "4"} done', len('Sure! {"answer": "4"}')),
+    ('{"', 'answer": "never closed', None),
+    ("", "no object at all }", None),
+    ('{"', 'answer\\\\": 1}', len('answer\\\\": 1}')),  # an escaped backslash does not escape the quote
+])
+def test_end_of_the_object_is_found(prefix: str, reply: str, end: int | None) -> None:
+    assert JsonObjectEnd(prefix).end_of(reply) == end
+
+
+def test_scanner_is_incremental_and_stops_once() -> None:
+    scanner = JsonObjectEnd('{"').scanner()
+    pieces = ['tool', '": "', 'calc', '"', ', "input": "1', '+1"', '}\n', '{"x": 1}']
+    fed = [scanner.feed(p) for p in pieces]
+    assert fed == [None, None, None, None, None, None, 1, None]  # closed by the '}' of the 7th piece only
+
+
+def test_cut_at_offsets_keeps_the_closing_token() -> None:
+    text = 'answer": "4"} and more'
+    offsets = [0, 6, 9, 12, 13, 17]  # tokens: 'answer' '": "' '4"' '}' ' and' ' more'
+    assert cut_at_offsets(JsonObjectEnd('{"'), text, offsets) == 4
+    assert cut_at_offsets(JsonObjectEnd('{"'), 'answer": "4', [0, 6, 9]) is None
+
+
+def test_vllm_choice_is_cut_at_the_end_of_the_object() -> None:
+    choice = {"index": 0, "text": 'answer": "4"}\nExplanation',
+              "logprobs": {"tokens": [f"token_id:{i}" for i in (10, 11, 12, 13, 14)],
+                           "token_logprobs": [-0.1, -0.2, -0.3, -0.4, -0.5],
+                           "text_offset": [0, 6, 9, 12, 14]}}  # '}\n' is one token
+    text, ids, lps = parse_choice(choice, JsonObjectEnd('{"'))
+    assert (text, ids, lps) == ('answer": "4"}\n', [10, 11, 12, 13], [-0.1, -0.2, -0.3, -0.4])
+    assert parse_choice(choice)[1] == [10, 11, 12, 13, 14]  # no rule: untouched
+    no_offsets = {**choice, "logprobs": {k: v for k, v in choice["logprobs"].items() if k != "text_offset"}}
+    assert parse_choice(no_offsets, JsonObjectEnd('{"'))[1] == [10, 11, 12, 13, 14]  # kept whole (warned)
+
+
+def test_local_policy_stops_each_row_where_its_object_closes() -> None:
+    """Same seed with and without the rule: each stopped row is the unstopped row cut right after the
+    character that closes its object (a character-level tokenizer makes that position exact)."""
+    tok = build_tiny_tokenizer()
+    policy = LocalPolicy.from_model(build_tiny_model(seed=3), tok)
+    prompt = policy.chat_prompt([{"role": "user", "content": "plan"}]) + tok.encode('{"', add_special_tokens=False)
+    sampling = R.SamplingParams(temperature=1.6, top_p=1.0, max_new_tokens=120, seed=11)
+    rule = JsonObjectEnd('{"')
+    full = policy.generate([prompt] * 24, sampling, adapter_name="planner", adapter_version=0)
+    cut = policy.generate([prompt] * 24, sampling, adapter_name="planner", adapter_version=0, stop=rule)
+    closed = 0
+    for whole, short in zip(full, cut, strict=True):
+        chars = [tok.decode([t], skip_special_tokens=True) for t in whole.token_ids]
+        end = rule.end_of("".join(chars))
+        if end is None:
+            assert short.token_ids == whole.token_ids
+            continue
+        keep = next(i + 1 for i in range(len(chars)) if len("".join(chars[:i + 1])) >= end)
+        assert short.token_ids == whole.token_ids[:keep] and short.logprobs == whole.logprobs[:keep]
+        assert rule.end_of(short.text) == len(short.text)
+        closed += 1
+    assert closed >= 3, f"only {closed} of 24 random rows closed their object; pick another seed"
