@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from streamgrpo import heartbeat
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.judge.cache import ScoreCache
@@ -252,6 +253,7 @@ class JudgeService:
         while not (stop is not None and stop.is_set()):
             batch = await consumer.poll(self.settings.batch_size, self.settings.poll_timeout_ms)
             produced = await self.step(batch, producer, consumer)
+            heartbeat.beat()
             if batch or produced or self.pending or not consumer.assignment():
                 idle_since = time.monotonic()  # idle only counts once partitions are assigned
             elif max_idle_s is not None and time.monotonic() - idle_since >= max_idle_s:

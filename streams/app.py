@@ -27,6 +27,7 @@ from typing import Any
 
 import faust
 
+from streamgrpo import heartbeat
 from streamgrpo.avro import records as R
 from streamgrpo.avro.codec import Codec
 from streamgrpo.avro.errors import DecodeError
@@ -135,6 +136,14 @@ def _topic_for(event: R.Event) -> Any:
     raise KeyError(f"no topic carries {event.SCHEMA_NAME}")
 
 
+#: Seconds between liveness beats of a streams worker (its event loop is alive and timers run).
+HEARTBEAT_INTERVAL_S = 5.0
+
+
+async def _heartbeat() -> None:
+    heartbeat.beat()
+
+
 def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str] | None = None) -> faust.App:
     """Build the Faust app and register the selected agents (default: ``settings.agents``).
 
@@ -171,5 +180,6 @@ def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str
     app.streamgrpo = ctx  # type: ignore[attr-defined]
     for name in chosen:
         importlib.import_module(AGENTS[name]).register(ctx)
+    app.timer(HEARTBEAT_INTERVAL_S, name="streamgrpo.heartbeat")(_heartbeat)
     log.info("streams app %s: agents %s on %s", app.conf.id, ", ".join(chosen), kafka.bootstrap)
     return app

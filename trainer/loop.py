@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from streamgrpo import heartbeat
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics.consumer import EventConsumer, Received, read_topic
@@ -140,6 +141,7 @@ async def collect(consumer: EventConsumer, state: TrainerState, cfg: TrainerConf
     idle_since = time.monotonic()
     while len(samples) < cfg.samples_per_step:
         batch = await consumer.poll(max_records=cfg.samples_per_step - len(samples), timeout_ms=cfg.poll_timeout_ms)
+        heartbeat.beat()
         if batch or not consumer.assignment():  # idle = assigned partitions with nothing new
             idle_since = time.monotonic()
         elif cfg.idle_exit_s is not None and time.monotonic() - idle_since > cfg.idle_exit_s:
@@ -207,6 +209,7 @@ async def train(consumer: EventConsumer, producer: EventProducer, state: Trainer
         started = time.monotonic()
         state.last_metrics = await asyncio.to_thread(train_step, state, samples, cfg)
         log_step(state, state.last_metrics, time.monotonic() - started)
+        heartbeat.beat()
         if state.step % cfg.publish_every == 0:
             published.append(await asyncio.to_thread(publish, producer, state, cfg))
             await consumer.commit()

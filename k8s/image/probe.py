@@ -11,10 +11,13 @@ The workers (streams, judge, rollout, trainer) serve no HTTP, so their probes ar
   ``STREAMGRPO_HEARTBEAT_FILE`` was touched in the last ``S`` seconds. A worker whose poll loop
   hangs stops touching it and is restarted.
 
-What is not covered: ``live`` passes while the heartbeat file does not exist yet (the workers
-do not write one at the time of writing; until they do, liveness only catches a broken
-settings file). ``ready`` proves the broker port accepts connections, not that the consumer
-group is assigned.
+The workers beat the file from their main loop (``streamgrpo.heartbeat``): once per poll and
+once per finished group / training step; a streams worker beats from a Faust timer every 5 s.
+
+The CLI beats once as it starts, before any model is loaded, so a worker that hangs while starting
+goes stale as well. What is not covered: ``live`` passes while the file does not exist yet (the
+seconds before the interpreter reaches the CLI).
+``ready`` proves the broker port accepts connections, not that the consumer group is assigned.
 
 Standard library only (it runs every few seconds: no heavy imports). Exit 0 = healthy, 1 = not.
 """

@@ -60,14 +60,16 @@ def partition_offsets(kafka):
     return out
 
 
-def test_loop_trains_publishes_with_lineage_and_commits(kafka_ns, tiny_base, tmp_path):
+def test_loop_trains_publishes_with_lineage_and_commits(kafka_ns, tiny_base, tmp_path, monkeypatch):
     _, model, tok = tiny_base
+    monkeypatch.setenv("STREAMGRPO_HEARTBEAT_FILE", str(tmp_path / "trainer.hb"))
     publish_samples(kafka_ns, make_samples(tok, 6, seed=1, model=model))
     cfg = trainer_config(tiny_base, tmp_path, max_steps=3, kl_coef=0.01)
 
     published = asyncio.run(run_trainer(cfg, kafka_ns))
 
     assert [e.version for e in published] == [1, 2, 3]
+    assert (tmp_path / "trainer.hb").exists()  # the liveness file was written by the loop
     events = adapter_events(kafka_ns)
     assert sorted(events) == [1, 2, 3]
     assert [events[v].parent_version for v in (1, 2, 3)] == [None, 1, 2]
