@@ -40,7 +40,7 @@ def _reference_logp(model: Any, mb: Batch, temperature: float) -> torch.Tensor:
     """(B, T): log-probs under the base model (adapter disabled), no grad."""
     ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
     with torch.no_grad(), ctx:
-        return token_logprobs(model, mb.input_ids, mb.attention_mask, temperature)
+        return token_logprobs(model, mb.input_ids, mb.attention_mask, temperature, only=mb.action_mask)
 
 
 def _to(mb: Batch, device: torch.device) -> Batch:
@@ -54,7 +54,7 @@ def accumulate_gradients(model: Any, micro: Sequence[Batch], cfg: StepConfig) ->
     for mb in micro:
         mb = _to(mb, device)
         ref = _reference_logp(model, mb, cfg.temperature) if cfg.loss_config.kl_coef > 0 else None
-        logp = token_logprobs(model, mb.input_ids, mb.attention_mask, cfg.temperature)
+        logp = token_logprobs(model, mb.input_ids, mb.attention_mask, cfg.temperature, only=mb.action_mask)
         out = cfg.loss(LossInputs(logp, mb.behaviour_logp, mb.advantages, mb.action_mask,
                                   mb.token_weights, mb.row_weights, ref), cfg.loss_config)
         out.loss.backward()

@@ -46,6 +46,44 @@ def test_token_logprobs_are_log_softmax_of_tempered_logits_at_the_token():
     assert got[0, t].item() == pytest.approx(expected.item(), abs=1e-5)
 
 
+def test_action_only_logprobs_equal_the_full_logits_path_in_value_and_gradient():
+    """``only=action_mask`` runs the output head on the action positions only; values, gradients and the
+    adapter-disabled reference must be those of the full (B, T, V) path."""
+    from streamgrpo.trainer.model import _decoder_and_head
+
+    model, tok = policy()
+    assert _decoder_and_head(model) is not None  # the fast path is really taken for this model
+    batch = build_batch(samples(tok), max_seq_len=128, normalisation="rollout_mean", max_tokens=32)
+    mask = batch.action_mask
+    assert 0 < int(mask.sum()) < mask.numel() // 2  # prompts dominate, as in real samples
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def run(only):
+        model.zero_grad()
+        logp = token_logprobs(model, batch.input_ids, batch.attention_mask, 0.8, only=only)
+        (logp * mask * batch.advantages[:, None]).sum().backward()
+        return logp.detach(), [p.grad.clone() for p in params]
+
+    full, g_full = run(None)
+    fast, g_fast = run(mask)
+    assert torch.allclose(fast[mask], full[mask], atol=1e-5) and (fast[~mask] == 0).all()
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(g_fast, g_full, strict=True))
+    assert any(float(g.abs().sum()) > 0 for g in g_fast)
+    with torch.no_grad(), model.disable_adapter():
+        ref_full = token_logprobs(model, batch.input_ids, batch.attention_mask, 0.8)
+        ref_fast = token_logprobs(model, batch.input_ids, batch.attention_mask, 0.8, only=mask)
+    assert torch.allclose(ref_fast[mask], ref_full[mask], atol=1e-5)
+    assert not torch.allclose(ref_fast[mask], fast[mask], atol=1e-3)  # the adapter really was off
+
+
+def test_models_with_logit_softcapping_take_the_full_logits_path():
+    from streamgrpo.trainer.model import _decoder_and_head
+
+    model, _ = policy()
+    model.get_base_model().config.final_logit_softcapping = 30.0
+    assert _decoder_and_head(model) is None
+
+
 @pytest.mark.parametrize("loss_name", ["grpo", "gspo"])
 def test_micro_batch_accumulation_equals_one_big_batch(loss_name):
     model, tok = policy()
