@@ -29,6 +29,7 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "streams": (["bench_streams.py"], "Advantage window: rewards/s and last-reward -> samples latency"),
     "generation": (["bench_generation.py", "--threads", "1", "--rounds", "3"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
     "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
+    "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step: log-probs of action tokens only vs full logits (SmolLM2-135M, CPU)"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
     "learning": (["bench_learning.py", "1260"], "Learning on the built-in tasks: one `streamgrpo run` on the CPU"),
 }
@@ -45,6 +46,10 @@ NOTES: dict[str, str] = {
               "join in ~3 s). `[kafka] session_timeout_ms` sets it for streamgrpo's consumers.",
     "generation": "Same prompt repeated N times (a group's first turn) in one batched call vs N calls; "
                   "1 torch thread; the load average at the end of the run is in the table.",
+    "trainer_step": "Same optimizer batch in both columns (8 samples, 480-token prompts, 32-token actions, GRPO with "
+                    "the KL term on, 2 micro-batches); each mode in its own process. `action_only` runs the output "
+                    "head on the hidden states of the action positions; `full_logits` is the previous path, "
+                    "(B, T, V) logits over every prompt token. The losses are identical.",
     "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
                "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
                "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "

@@ -39,3 +39,31 @@ def test_greedy_uses_untempered_logprobs() -> None:
     tokens, lps = sample_step(logits, temperature=0.0, top_p=1.0, generator=None)
     assert tokens.tolist() == [1]
     assert math.isclose(lps.item(), behaviour_logprobs(logits, 1.0)[0, 1].item(), abs_tol=1e-7)
+
+
+def test_repeated_prompts_are_prefilled_once_and_every_row_matches_a_fresh_forward() -> None:
+    from streamgrpo.rollout.policy.sampling import sample_batch
+    from streamgrpo.rollout.policy.tiny import build_tiny_model
+
+    model = build_tiny_model(seed=5)
+    widths: list[int] = []
+    original = model.forward
+
+    def counting_forward(*args, **kwargs):  # records the batch size of every forward call
+        widths.append(int(kwargs["input_ids"].shape[0]))
+        return original(*args, **kwargs)
+
+    model.forward = counting_forward
+    a, b = [10, 11, 12, 13, 14, 15, 16], [20, 21, 22]
+    prompts = [a, b, a, a]
+    out = sample_batch(model, prompts, temperature=1.0, top_p=1.0, max_new_tokens=10, eos_ids={-1}, pad_id=0,
+                       seed=3)
+    assert widths[0] == 2 and set(widths[1:]) == {4}  # the prefill ran the 2 distinct prompts only
+    assert len({tuple(out[i].token_ids) for i in (0, 2, 3)}) > 1  # rows sharing a prompt still sample apart
+    model.forward = original
+    for prompt, row in zip(prompts, out, strict=True):
+        ids = torch.tensor([prompt + row.token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0]
+        fresh = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1).gather(-1, torch.tensor(row.token_ids)[:, None])
+        assert torch.allclose(fresh.squeeze(-1), torch.tensor(row.logprobs), atol=1e-4)
