@@ -27,7 +27,7 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "codec": (["bench_codec.py", "2000"], "Avro codec vs JSON"),
     "broker": (["bench_broker.py", "20000"], "Embedded broker: produce / consume per client"),
     "streams": (["bench_streams.py"], "Advantage window: rewards/s and last-reward -> samples latency"),
-    "generation": (["bench_generation.py", "--threads", "1", "--rounds", "3"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
+    "generation": (["bench_generation.py", "--threads", "1", "--rounds", "3", "--long-prompt"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
     "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
     "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step: log-probs of action tokens only vs full logits (SmolLM2-135M, CPU)"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
@@ -44,7 +44,9 @@ NOTES: dict[str, str] = {
     "broker": "The group-join figures are not client speed: Tansu answers a join after half the consumer's "
               "session timeout (aiokafka default 10 s -> ~5 s, librdkafka default 45 s -> ~23 s; with 6 s both "
               "join in ~3 s). `[kafka] session_timeout_ms` sets it for streamgrpo's consumers.",
-    "generation": "Same prompt repeated N times (a group's first turn) in one batched call vs N calls; "
+    "generation": "Same planner-sized prompt repeated N times (a group's first turn): one batched call with the "
+                  "prompt prefilled once (`batched`), the same call prefilling every row "
+                  "(`batched_no_shared_prefill`, the behaviour before), and N calls (`one_by_one`); "
                   "1 torch thread; the load average at the end of the run is in the table.",
     "trainer_step": "Same optimizer batch in both columns (8 samples, 480-token prompts, 32-token actions, GRPO with "
                     "the KL term on, 2 micro-batches); each mode in its own process. `action_only` runs the output "

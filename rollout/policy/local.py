@@ -96,6 +96,8 @@ class LocalPolicy(PlannerPolicy):
         self.eos_ids = set(eos_token_ids) if eos_token_ids else _eos_ids(model, tokenizer)
         pad = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
         self.pad_id = int(pad if pad is not None else min(self.eos_ids))
+        #: prefill a repeated prompt once for all its rows (a group's first turn); off only to measure it
+        self.share_prefill = True
 
     # -- prompts ----------------------------------------------------------------------------------
     def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
@@ -134,7 +136,8 @@ class LocalPolicy(PlannerPolicy):
                 stop: JsonObjectEnd | None) -> list[Any]:
         kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p,
                       max_new_tokens=sampling.max_new_tokens, eos_ids=self.eos_ids, pad_id=self.pad_id,
-                      seed=sampling.seed, device=self.device, stop=self._stop_callback(stop, len(prompts)))
+                      seed=sampling.seed, device=self.device, stop=self._stop_callback(stop, len(prompts)),
+                      share_prefill=self.share_prefill)
         if version == BASE_VERSION:
             if self._peft is None:
                 return sample_batch(self._base, prompts, **kwargs)

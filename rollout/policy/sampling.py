@@ -96,12 +96,14 @@ def sample_batch(
     seed: int | None = None,
     device: torch.device | str = "cpu",
     stop: Callable[[int, int], bool] | None = None,
+    share_prefill: bool = True,
 ) -> list[Sampled]:
     """Sample up to ``max_new_tokens`` per prompt with a manual KV-cached decode loop.
 
     ``model`` is any causal LM taking ``input_ids (B, t)``, ``attention_mask (B, T_past + t)``,
     ``position_ids (B, t)`` and ``past_key_values``; rows stop at their first EOS, or after the token
-    for which ``stop(row, token)`` returns True (that token is kept).
+    for which ``stop(row, token)`` returns True (that token is kept). ``share_prefill``: prefill each
+    distinct prompt once (see :func:`prefill`).
     """
     generator = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else None
     batch = len(prompts)
@@ -111,7 +113,7 @@ def sample_batch(
     # Only the last position's logits are needed: on the prefill this avoids a (B, T, V) tensor
     # (49k vocabulary x 500-token prompts) where models support it (transformers' logits_to_keep).
     extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
-    logits, past, mask, step_pos = prefill(model, prompts, pad_id, device, extra)
+    logits, past, mask, step_pos = prefill(model, prompts, pad_id, device, extra, share=share_prefill)
     step_ids: torch.Tensor | None = None
     for step in range(max_new_tokens):
         if step > 0:
@@ -136,8 +138,8 @@ def sample_batch(
 
 
 def prefill(model: torch.nn.Module, prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device | str,
-            extra: dict[str, Any]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-    """Run each DISTINCT prompt once, then give every row its prompt's cache.
+            extra: dict[str, Any], *, share: bool = True) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+    """Run each DISTINCT prompt once, then give every row its prompt's cache (``share=False``: every row).
 
     A group's N trajectories share their first-turn prompt: prefilling it once instead of N times
     removes most of a first turn's cost (the prompt is ~500 tokens, the reply ~25). Returns the last
@@ -145,9 +147,12 @@ def prefill(model: torch.nn.Module, prompts: Sequence[Sequence[int]], pad_id: in
     ``B = len(prompts)`` rows. The rows of one prompt get copies of the same cache, so each row then
     samples exactly as if it had been prefilled alone.
     """
-    slot: dict[tuple[int, ...], int] = {}
-    row_slot = [slot.setdefault(tuple(p), len(slot)) for p in prompts]
-    distinct = [list(p) for p in slot]
+    if share:
+        slot: dict[tuple[int, ...], int] = {}
+        row_slot = [slot.setdefault(tuple(p), len(slot)) for p in prompts]
+        distinct = [list(p) for p in slot]
+    else:
+        row_slot, distinct = list(range(len(prompts))), [list(p) for p in prompts]
     ids, mask, positions = left_pad(distinct, pad_id, device)
     result = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra)
     logits, past = result.logits[:, -1, :], result.past_key_values

@@ -60,6 +60,11 @@ def test_repeated_prompts_are_prefilled_once_and_every_row_matches_a_fresh_forwa
                        seed=3)
     assert widths[0] == 2 and set(widths[1:]) == {4}  # the prefill ran the 2 distinct prompts only
     assert len({tuple(out[i].token_ids) for i in (0, 2, 3)}) > 1  # rows sharing a prompt still sample apart
+    widths.clear()
+    unshared = sample_batch(model, prompts, temperature=1.0, top_p=1.0, max_new_tokens=10, eos_ids={-1}, pad_id=0,
+                            seed=3, share_prefill=False)
+    assert widths[0] == 4  # every row prefilled, as before
+    assert [r.token_ids for r in unshared] == [r.token_ids for r in out]  # same seed, same samples
     model.forward = original
     for prompt, row in zip(prompts, out, strict=True):
         ids = torch.tensor([prompt + row.token_ids])
