@@ -108,7 +108,8 @@ def render(results: list[dict[str, object]]) -> str:
     lines = [
         "# Benchmarks",
         "",
-        f"Written by `make bench` (`python bench/run_all.py`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"Written by `make bench` (`python bench/run_all.py`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        "a subset re-run (`python bench/run_all.py NAME ...`) keeps the other sections from earlier runs.",
         f"Machine: {os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}, no GPU.",
         "Each section names the command that produced it; baselines were measured in the same run.",
         "Numbers on a shared 2-core machine vary by ±20% between runs; compare within a section.",
