@@ -35,8 +35,8 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.rollout.config import ASK_MODEL_MODES, RolloutConfig
 from streamgrpo.rollout.runtime import build_context, build_policy
 from streamgrpo.rollout.worker import RolloutWorker
+from streamgrpo.tasks.builtin import builtin_tasks
 from streamgrpo.topics.admin import ensure
-from streamgrpo.topics.builtin_tasks import builtin_tasks
 from streamgrpo.topics.consumer import read_topic
 from streamgrpo.topics.producer import EventProducer
 

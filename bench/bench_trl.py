@@ -48,7 +48,7 @@ SEED = 0
 
 
 def _tasks(n: int) -> list[Any]:
-    from streamgrpo.topics.builtin_tasks import builtin_tasks
+    from streamgrpo.tasks.builtin import builtin_tasks
 
     rows = builtin_tasks()
     return rows[:: max(1, len(rows) // n)][:n]
@@ -90,7 +90,7 @@ def run_trl() -> dict[str, Any]:
     from transformers import AutoTokenizer, GenerationConfig, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from streamgrpo.trainer.base_model import resolve_base_model
+    from streamgrpo.models.base import resolve_base_model
 
     torch.manual_seed(SEED)
     model_path = str(resolve_base_model("smollm2-135m-instruct"))

@@ -126,7 +126,7 @@ def _samples(tasks: Sequence[Any], events: Sequence[Any], router: Any) -> tuple[
 def _train(samples: list[Any], version: int, b: dict[str, Any], opt: Any, step_cfg: Any, store: Path,
            ) -> tuple[float, int, dict[str, float]]:
     """One optimizer step + publish + load as ``version + 1``; returns (trainer s, tokens, metrics)."""
-    from streamgrpo.trainer import adapter_store
+    from streamgrpo.models import adapter_store
     from streamgrpo.trainer.batching import build_batch, micro_batches
     from streamgrpo.trainer.step import optimizer_step
 

@@ -3,7 +3,7 @@
 Functional core: :func:`decide` maps (state, event) to a new :class:`FollowerState` and at most one
 action (:class:`Load` or :class:`SetPrimary`); it does no I/O. Imperative shell:
 :class:`AdapterFollower` resolves the uri, verifies the sha256 with the trainer's adapter store
-(:func:`streamgrpo.trainer.adapter_store.verify`) and calls ``policy.load_adapter``.
+(:func:`streamgrpo.models.adapter_store.verify`) and calls ``policy.load_adapter``.
 :func:`follow` is the Kafka wiring (an :class:`~streamgrpo.topics.consumer.EventConsumer`).
 
 Guarantees:
@@ -199,8 +199,8 @@ class AdapterFollower:
         return True
 
     def _verified_path(self, ann: Announcement) -> Path:
-        from streamgrpo.trainer.adapter_store import verify
-        from streamgrpo.trainer.errors import AdapterIntegrityError
+        from streamgrpo.models.adapter_store import verify
+        from streamgrpo.models.errors import AdapterIntegrityError
 
         path = self._resolve(ann)
         try:

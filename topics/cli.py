@@ -171,16 +171,13 @@ def submit(ctx: click.Context, source_file: str, group_size: int, source: str | 
 
 
 def _rows(source_file: str, fmt: str | None, kind: str) -> Any:
-    if source_file == "builtin":
-        from streamgrpo.topics.builtin_tasks import builtin_tasks
+    from streamgrpo.tasks.datasets import DatasetError
+    from streamgrpo.tasks.reader import read_rows
 
-        return ((i + 1, row) for i, row in enumerate(builtin_tasks()))
-    path = Path(source_file)
-    if not path.is_file():
-        raise click.ClickException(f"{source_file}: no such file (use `builtin` for the built-in task set)")
-    from streamgrpo.topics.datasets import iter_rows
-
-    return iter_rows(path, fmt=fmt, kind=kind)
+    try:
+        return read_rows(source_file, fmt=fmt, kind=kind)
+    except DatasetError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _progress(total: int | None) -> Any:
@@ -253,7 +250,7 @@ def tasks_export(out: Path, corpus: bool) -> None:
     """Write the built-in tasks (or the corpus) to OUT as JSONL."""
     from dataclasses import asdict
 
-    from streamgrpo.topics import builtin_tasks as bt
+    from streamgrpo.tasks import builtin as bt
 
     items = bt.builtin_corpus() if corpus else bt.builtin_tasks()
     with out.open("w") as fh:

@@ -31,9 +31,9 @@ import torch
 from streamgrpo import heartbeat
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.models import adapter_store as store
 from streamgrpo.topics.consumer import EventConsumer, Received, read_topic
 from streamgrpo.topics.producer import EventProducer
-from streamgrpo.trainer import adapter_store as store
 from streamgrpo.trainer.batching import build_batch, drop_reason, micro_batches
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.errors import TrainerError

@@ -1,6 +1,6 @@
 """Policy model: a base causal LM with a trainable LoRA adapter (peft), QLoRA on CUDA only.
 
-- :func:`load_policy` resolves the base model (:mod:`~streamgrpo.trainer.base_model`), loads it in
+- :func:`load_policy` resolves the base model (:mod:`~streamgrpo.models.base`), loads it in
   bf16 on GPU / fp32 on CPU, and wraps it with a new LoRA adapter or the stored one to resume.
 - 4-bit QLoRA imports ``bitsandbytes`` only inside the CUDA path; requesting it without CUDA is a
   :class:`ModelConfigError` saying what to change.
@@ -24,8 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from streamgrpo.trainer.base_model import resolve_base_model
-from streamgrpo.trainer.errors import BaseModelError, ModelConfigError
+from streamgrpo.models.base import resolve_base_model
+from streamgrpo.models.errors import BaseModelError
+from streamgrpo.trainer.errors import ModelConfigError
 
 log = logging.getLogger(__name__)
 

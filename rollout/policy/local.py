@@ -62,7 +62,7 @@ class LocalPolicy(PlannerPolicy):
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from streamgrpo.trainer.base_model import resolve_base_model
+        from streamgrpo.models.base import resolve_base_model
 
         if dtype not in _DTYPES:
             raise PolicyError(f"dtype {dtype!r} is not one of {sorted(_DTYPES)}")

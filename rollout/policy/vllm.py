@@ -112,7 +112,7 @@ def load_tokenizer(name_or_path: str) -> Any:
     """A local tokenizer for ``chat_prompt`` (the bundled alias is resolved by the trainer's base_model module)."""
     from transformers import AutoTokenizer
 
-    from streamgrpo.trainer.base_model import resolve_base_model
+    from streamgrpo.models.base import resolve_base_model
 
     path = resolve_base_model(name_or_path)
     try:

@@ -24,8 +24,8 @@ from typing import Any
 
 from streamgrpo.rollout.tools.base import Param, Tool, ToolExample, ToolSpec
 from streamgrpo.rollout.tools.errors import ToolConfigError, ToolInputError
-from streamgrpo.topics.builtin_tasks import Passage, builtin_corpus
-from streamgrpo.topics.datasets import DatasetError, RowError, iter_records
+from streamgrpo.tasks.builtin import Passage, builtin_corpus
+from streamgrpo.tasks.datasets import DatasetError, RowError, iter_records
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(

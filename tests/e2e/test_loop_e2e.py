@@ -45,7 +45,7 @@ def test_run_publishes_adapters_and_the_worker_switches(kafka_ns: KafkaSettings,
     assert published, "no adapter was published"
     samples = read_topic(kafka_ns, "training-samples")
     assert len({r.event.event_id for r in samples}) >= 4
-    from streamgrpo.trainer.adapter_store import sha256_dir
+    from streamgrpo.models.adapter_store import sha256_dir
 
     first = published[0]
     assert first.version == 1 and first.parent_version in (None, 0)

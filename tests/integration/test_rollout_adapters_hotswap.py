@@ -12,12 +12,12 @@ import torch
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.models.adapter_store import Manifest, write_version
 from streamgrpo.rollout.adapters import AdapterFollower, follow
 from streamgrpo.rollout.errors import AdapterNotResidentError
 from streamgrpo.rollout.policy.local import LocalPolicy
 from streamgrpo.rollout.policy.tiny import build_tiny_model, build_tiny_tokenizer
 from streamgrpo.topics.producer import EventProducer
-from streamgrpo.trainer.adapter_store import Manifest, write_version
 
 NAME = "planner"
 PROMPT = [1, 34, 32, 18, 31, 100, 21, 22, 2, 100, 1, 14, 32, 32]

@@ -128,8 +128,8 @@ def test_resident_adapter_serves_the_group_and_is_pinned_while_it_runs(kafka_ns:
     import torch
     from peft import LoraConfig, get_peft_model
 
+    from streamgrpo.models.adapter_store import Manifest, write_version
     from streamgrpo.rollout.policy.tiny import build_tiny_model
-    from streamgrpo.trainer.adapter_store import Manifest, write_version
 
     torch.manual_seed(3)
     lora = get_peft_model(build_tiny_model(), LoraConfig(r=4, lora_alpha=32, target_modules=["q_proj", "v_proj"],

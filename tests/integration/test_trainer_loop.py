@@ -8,9 +8,9 @@ from collections import defaultdict
 import pytest
 
 from streamgrpo.avro import records as R
+from streamgrpo.models import adapter_store as store
 from streamgrpo.topics.consumer import read_topic
 from streamgrpo.topics.producer import EventProducer
-from streamgrpo.trainer import adapter_store as store
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import run_trainer
 from streamgrpo.trainer.model import tiny_model

@@ -13,9 +13,9 @@ from collections import Counter
 import pytest
 
 from streamgrpo.avro import records as R
+from streamgrpo.models import adapter_store as store
 from streamgrpo.topics.consumer import EventConsumer, read_topic
 from streamgrpo.topics.producer import EventProducer
-from streamgrpo.trainer import adapter_store as store
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import SAMPLES_TOPIC, SERVICE, collect, publish, resume, run_trainer, train_step
 from streamgrpo.trainer.model import tiny_model

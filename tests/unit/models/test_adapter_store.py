@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from streamgrpo.trainer import adapter_store as store
-from streamgrpo.trainer.errors import AdapterIntegrityError, AdapterStoreError
+from streamgrpo.models import adapter_store as store
+from streamgrpo.models.errors import AdapterIntegrityError, AdapterStoreError
 from streamgrpo.trainer.model import ModelSpec, attach_lora, tiny_model
 from streamgrpo.trainer.synthetic import make_samples
 

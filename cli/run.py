@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 
-from streamgrpo.progress import Progress, RunTracker
+from streamgrpo.cli.progress import Progress, RunTracker
 
 log = logging.getLogger(__name__)
 
@@ -233,12 +233,12 @@ def execute(cfg: RunSettings) -> Path:
 
 
 def _submit(cfg: RunSettings, kafka: Any) -> int:
-    from streamgrpo.topics.cli import _rows
+    from streamgrpo.tasks.reader import read_rows
     from streamgrpo.topics.producer import EventProducer
     from streamgrpo.topics.sdk import publish_rows
 
     with EventProducer(kafka, "submit") as producer:
-        report = publish_rows(_rows(cfg.tasks, None, "auto"), producer, group_size=cfg.group_size,
+        report = publish_rows(read_rows(cfg.tasks), producer, group_size=cfg.group_size,
                               skip_invalid=True, limit=cfg.limit)
     return report.published
 
@@ -291,8 +291,9 @@ def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
 
 @click.command()
 @click.option("--duration", type=float, default=600, show_default=True, help="Seconds to run before stopping.")
-@click.option("--tasks", default="builtin", show_default=True,
-              help="Task file (JSONL/CSV/Parquet) or `builtin` for the built-in offline set.")
+@click.option("--tasks", default="builtin:train", show_default=True,
+              help="Task file (JSONL/CSV/Parquet), or `builtin:train` (the built-in training split; its "
+                   "held-out split, `builtin:heldout`, is kept for `streamgrpo eval`).")
 @click.option("--group-size", "-n", type=click.IntRange(2, 64), default=4, show_default=True, help="GRPO group size N.")
 @click.option("--limit", type=int, default=None, help="Submit at most this many tasks.")
 @click.option("--rollout-workers", type=click.IntRange(1, 16), default=1, show_default=True,

@@ -28,12 +28,13 @@ one or two tool calls.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TypeVar
 
-from streamgrpo.topics.datasets import TaskRow
+from streamgrpo.tasks.datasets import TaskRow
 
 T = TypeVar("T")
 SOURCE = "builtin"
@@ -360,6 +361,162 @@ def _all_tasks() -> tuple[TaskRow, ...]:
     return tuple(_arithmetic() + _lookups() + _two_step() + _history())
 
 
+# -- the train / held-out split -------------------------------------------------------------------
+#
+# Rule (tested by tests/unit/tasks/test_builtin_split.py):
+# 1. ENTITIES: every HELDOUT_EVERY-th kingdom, inventor and historical year (index % HELDOUT_EVERY ==
+#    HELDOUT_EVERY - 1) belongs to the held-out split only: no train task names it or has it as
+#    its answer.
+# 2. NUMBERS: no integer written in a held-out task (question or answer) appears in any train task.
+#    Held-out tasks are drawn from a deterministic candidate stream and a candidate that would
+#    reuse a train number is skipped.
+# 3. TEMPLATES: held-out arithmetic uses phrasings that never occur in train, and every held-out
+#    lookup / two-step / history task is about a held-out entity, so no (template, answer) pair is
+#    shared. What transfers from training is the skill (which tool, what input, answering from the
+#    observation), not an answer.
+# The corpus keeps every passage: it is the tools' world, not training data.
+
+HELDOUT_EVERY = 5
+N_HELDOUT_ARITHMETIC = 40
+
+
+def _is_heldout_entity(index: int) -> bool:
+    return index % HELDOUT_EVERY == HELDOUT_EVERY - 1
+
+
+def _numbers(row: TaskRow) -> set[int]:
+    return {int(n) for n in re.findall(r"\d+", " ".join([row.question, *row.ground_truths]))}
+
+
+@lru_cache(maxsize=1)
+def _heldout_names() -> frozenset[str]:
+    kingdoms, inventors = _world()
+    names = {k.name for i, k in enumerate(kingdoms) if _is_heldout_entity(i)}
+    names |= {p.name for i, p in enumerate(inventors) if _is_heldout_entity(i)}
+    names |= {str(year) for i, (year, _, _) in enumerate(HISTORY) if _is_heldout_entity(i)}
+    return frozenset(names)
+
+
+def _mentions_heldout(row: TaskRow) -> bool:
+    text = " ".join([row.question, *row.ground_truths])
+    return any(re.search(rf"\b{re.escape(name)}\b", text) for name in _heldout_names())
+
+
+def _entity_of(row: TaskRow) -> str | None:
+    """The held-out kingdom / inventor / year a task is about, or None."""
+    for name in sorted(_heldout_names()):
+        text = " ".join([row.question, *row.ground_truths, row.metadata.get("year", "")])
+        if re.search(rf"\b{re.escape(name)}\b", text):
+            return name
+    return None
+
+
+@lru_cache(maxsize=1)
+def _train_tasks() -> tuple[TaskRow, ...]:
+    return tuple(r for r in _all_tasks() if _entity_of(r) is None and r.metadata.get("year", "") not in _heldout_names())
+
+
+@lru_cache(maxsize=1)
+def _train_numbers() -> frozenset[int]:
+    return frozenset(n for r in _train_tasks() for n in _numbers(r))
+
+
+#: held-out arithmetic phrasings (never used by the train split): (difficulty, question, answer)
+_HELDOUT_ARITHMETIC: tuple[tuple[str, Callable[[int, int, int], tuple[str, int]]], ...] = (
+    ("easy", lambda a, b, c: (f"Multiply {a} by {b}.", a * b)),
+    ("easy", lambda a, b, c: (f"Calculate the sum of {a} and {c}.", a + c)),
+    ("medium", lambda a, b, c: (f"Subtract {c} from the product of {a} and {b}. What do you get?", a * b - c)),
+    ("medium", lambda a, b, c: (f"How much is {b} times {b}, plus {a}?", b * b + a)),
+    ("hard", lambda a, b, c: (f"Add {a} and {c}, then multiply the total by {b}. What is the result?",
+                              (a + c) * b)),
+)
+
+
+def _heldout_arithmetic() -> list[TaskRow]:
+    """Operands are drawn from the numbers no train task uses; a candidate whose answer is a train number
+    is skipped."""
+    taken = _train_numbers()
+    small = [n for n in range(12, 100) if n not in taken]
+    large = [n for n in range(101, 1000) if n not in taken]
+    rows: list[TaskRow] = []
+    i = 0
+    while len(rows) < N_HELDOUT_ARITHMETIC:
+        a, b, c = (large[_h("ho", i, "a") % len(large)], small[_h("ho", i, "b") % len(small)],
+                   large[_h("ho", i, "c") % len(large)])
+        i += 1
+        difficulty, make = _HELDOUT_ARITHMETIC[len(rows) % len(_HELDOUT_ARITHMETIC)]
+        question, answer = make(a, b, c)
+        row = _row("arithmetic", len(rows), question, [str(answer)], difficulty, split="heldout")
+        if _numbers(row) & taken:
+            continue
+        rows.append(replace(row, metadata={**row.metadata, "row_id": f"heldout-arithmetic-{len(rows):04d}"}))
+    return rows
+
+
+def _fresh_sum(n: int, *key: object) -> str | None:
+    """``Compute a + b.`` with ``a + b == n`` and neither a nor b a train number (None if impossible)."""
+    taken = _train_numbers()
+    for attempt in range(200):
+        a = 100 + _h(*key, "fresh", attempt) % max(1, n - 200) if n > 300 else n // 2 + attempt
+        b = n - a
+        if b > 0 and a not in taken and b not in taken:
+            return f"Compute {a} + {b}."
+    return None
+
+
+def _heldout_entity_tasks() -> list[TaskRow]:
+    """Lookups, two-step and history tasks about the held-out entities, with fresh numbers only."""
+    kingdoms, inventors = _world()
+    rows: list[TaskRow] = []
+    lookups = [r for r in _lookups() if _entity_of(r) is not None]
+    rows += [replace(r, metadata={**r.metadata, "split": "heldout"}) for r in lookups]
+    for i, k in enumerate(kingdoms):
+        if not _is_heldout_entity(i):
+            continue
+        if (i // HELDOUT_EVERY) % 2 == 0 and (expr := _fresh_sum(k.year, "hk", i)):
+            q = f"{expr} Which kingdom was founded in that year according to the archive?"
+            rows.append(_row("two_step", i, q, [k.name], "medium", split="heldout"))
+        else:
+            add = next(a for a in range(100, 1000) if a not in _train_numbers()
+                       and k.population + a not in _train_numbers() and _h("hadd", i, a) % 7 == 0)
+            q = (f"Look up the population of {k.capital}, the capital of the Kingdom of {k.name}, "
+                 f"and add {add} to it. What is the result?")
+            rows.append(_row("two_step", i, q, [str(k.population + add)], "hard", split="heldout"))
+    for i, p in enumerate(inventors):
+        if _is_heldout_entity(i) and (expr := _fresh_sum(p.year, "hi", i)):
+            q = f"{expr} Which inventor was born in that year according to the archive?"
+            rows.append(_row("two_step", 100 + i, q, [p.name], "medium", split="heldout"))
+    for i, (year, _, answer) in enumerate(HISTORY):
+        if _is_heldout_entity(i) and (expr := _fresh_sum(year, "hh", year)):
+            q = f"{expr} What major historical event happened in that year (AD)?"
+            rows.append(_row("history", i, q, [answer], "medium", split="heldout", year=str(year)))
+    return [replace(r, metadata={**r.metadata, "row_id": r.metadata["row_id"].replace("builtin-", "heldout-")})
+            for r in rows if not _numbers(r) & _train_numbers()]
+
+
+@lru_cache(maxsize=1)
+def _heldout_tasks() -> tuple[TaskRow, ...]:
+    """Held-out arithmetic (new phrasings, new numbers) + tasks about the held-out entities (new numbers)."""
+    return tuple(_heldout_arithmetic() + _heldout_entity_tasks())
+
+
 def builtin_tasks() -> list[TaskRow]:
-    """All built-in tasks, in a fixed order (arithmetic, lookup, two_step, history); fresh copies."""
-    return [replace(r, ground_truths=list(r.ground_truths), metadata=dict(r.metadata)) for r in _all_tasks()]
+    """All built-in TRAIN-pool tasks plus the held-out split (fixed order); fresh copies.
+
+    ``streamgrpo run`` submits :func:`train_tasks` only; ``streamgrpo eval`` uses :func:`heldout_tasks`.
+    """
+    return _copies(_train_tasks() + _heldout_tasks())
+
+
+def train_tasks() -> list[TaskRow]:
+    """The training split (see the split rule above); fresh copies."""
+    return _copies(tuple(replace(r, metadata={**r.metadata, "split": "train"}) for r in _train_tasks()))
+
+
+def heldout_tasks() -> list[TaskRow]:
+    """The held-out split: never trained on by ``streamgrpo run``; fresh copies."""
+    return _copies(_heldout_tasks())
+
+
+def _copies(rows: tuple[TaskRow, ...]) -> list[TaskRow]:
+    return [replace(r, ground_truths=list(r.ground_truths), metadata=dict(r.metadata)) for r in rows]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from streamgrpo.trainer.errors import AdapterIntegrityError, AdapterStoreError
+from streamgrpo.models.errors import AdapterIntegrityError, AdapterStoreError
 
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.pt"

@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "judge": ("streamgrpo.judge.cli:judge", "Run the judge service (rollouts -> rewards)."),
     "streams": ("streamgrpo.streams.cli:streams", "Run the Faust stream processors (fan-out, advantages, samples...)."),
     "trainer": ("streamgrpo.trainer.cli:trainer", "Run the GRPO/GSPO trainer on training-samples."),
-    "run": ("streamgrpo.run:run", "Run the whole loop locally: broker, streams, judge, rollout, trainer."),
+    "run": ("streamgrpo.cli.run:run", "Run the whole loop locally: broker, streams, judge, rollout, trainer."),
     "analyse": ("streamgrpo.streams.cli:analyse", "Query the Parquet archive of events with DuckDB."),
 }
 

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import asdict
 
 from streamgrpo.rollout.tools.calculator import evaluate
-from streamgrpo.topics.builtin_tasks import HISTORY, builtin_corpus, builtin_tasks
+from streamgrpo.tasks.builtin import HISTORY, builtin_corpus, builtin_tasks, train_tasks
 
 
 def test_at_least_200_tasks_of_every_kind_with_unique_stable_ids() -> None:
@@ -26,7 +26,7 @@ def test_at_least_200_tasks_of_every_kind_with_unique_stable_ids() -> None:
 
 def test_deterministic_across_processes() -> None:
     """A fresh interpreter (another hash seed) produces byte-identical tasks and corpus."""
-    code = ("import json, dataclasses; from streamgrpo.topics.builtin_tasks import builtin_tasks, builtin_corpus; "
+    code = ("import json, dataclasses; from streamgrpo.tasks.builtin import builtin_tasks, builtin_corpus; "
             "print(json.dumps([dataclasses.asdict(x) for x in builtin_tasks() + builtin_corpus()]))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"})
@@ -41,7 +41,7 @@ def test_returned_rows_are_copies() -> None:
 
 
 def test_arithmetic_ground_truth_is_correct() -> None:
-    for r in builtin_tasks():
+    for r in train_tasks():
         if r.metadata["kind"] != "arithmetic":
             continue
         m = re.fullmatch(r"What is (.+)\?", r.question)
@@ -90,7 +90,7 @@ def test_seed_example_and_real_events() -> None:
 
 
 def test_import_stays_light() -> None:
-    code = ("import sys; import streamgrpo.topics.builtin_tasks, streamgrpo.topics.datasets; "
+    code = ("import sys; import streamgrpo.tasks.builtin, streamgrpo.tasks.datasets; "
             "print([m for m in ('torch', 'faust', 'transformers', 'datasets') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

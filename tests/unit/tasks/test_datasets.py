@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streamgrpo.topics.datasets import (
+from streamgrpo.tasks.datasets import (
     DatasetError,
     RowError,
     TaskRow,

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from streamgrpo.trainer.errors import BaseModelError
+from streamgrpo.models.errors import BaseModelError
 
 log = logging.getLogger(__name__)
 

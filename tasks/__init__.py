@@ -1,0 +1,9 @@
+"""Tasks: the built-in offline task set (with its train / held-out split) and task-file loaders.
+
+- ``builtin``: the deterministic built-in tasks and their fact corpus (standard library only);
+- ``datasets``: JSONL / CSV / Parquet task files -> :class:`~streamgrpo.tasks.datasets.TaskRow`;
+- ``reader``: :func:`~streamgrpo.tasks.reader.read_rows`, the ONE row reader used by ``submit``,
+  ``run`` and ``eval`` (a file, or ``builtin`` / ``builtin:train`` / ``builtin:heldout``).
+
+Part of the light producer SDK: no torch, no faust; ``datasets``/``pyarrow`` are imported lazily.
+"""

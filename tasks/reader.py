@@ -1,0 +1,36 @@
+"""One reader of task rows for every command that takes tasks (``submit``, ``run``, ``eval``).
+
+``source`` is a file (JSONL / CSV / Parquet, see :mod:`.datasets`) or a name of the built-in set:
+``builtin`` (every task), ``builtin:train`` (the training split) or ``builtin:heldout`` (the
+held-out split, never submitted for training by ``streamgrpo run``); see :mod:`.builtin`.
+
+Rows come as ``(row_number, TaskRow | RowError)`` with 1-based row numbers, so the caller decides
+whether a bad row stops everything or is skipped and reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from streamgrpo.tasks.datasets import DatasetError, RowError, TaskRow
+
+BUILTIN_NAMES = ("builtin", "builtin:train", "builtin:heldout")
+
+
+def read_rows(source: str, fmt: str | None = None, kind: str = "auto") -> Iterator[tuple[int, TaskRow | RowError]]:
+    """Rows of ``source``; raises :class:`DatasetError` when it names no file and no built-in split."""
+    if source.startswith("builtin"):
+        from streamgrpo.tasks import builtin
+
+        splits = {"builtin": builtin.builtin_tasks, "builtin:train": builtin.train_tasks,
+                  "builtin:heldout": builtin.heldout_tasks}
+        if source not in splits:
+            raise DatasetError(f"unknown built-in task set {source!r}; use one of {', '.join(BUILTIN_NAMES)}")
+        return ((i + 1, row) for i, row in enumerate(splits[source]()))
+    path = Path(source)
+    if not path.exists():
+        raise DatasetError(f"{source}: no such file (or use {', '.join(BUILTIN_NAMES)} for the built-in tasks)")
+    from streamgrpo.tasks.datasets import iter_rows
+
+    return iter_rows(path, fmt=fmt, kind=kind)
