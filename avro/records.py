@@ -67,6 +67,16 @@ class GroupStatus(str, enum.Enum):
     TIMED_OUT = "TIMED_OUT"
 
 
+class AdapterStatus(str, enum.Enum):
+    CANDIDATE = "CANDIDATE"
+    CANARY = "CANARY"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    PRIMARY = "PRIMARY"
+    ROLLED_BACK = "ROLLED_BACK"
+    REJECTED = "REJECTED"
+    RETIRED = "RETIRED"
+
+
 class AvroRecord:
     """Mixin: conversion to and from the plain dicts fastavro reads and writes."""
 
@@ -207,6 +217,7 @@ class SamplingParams(AvroRecord):
     top_p: float = 1.0
     max_new_tokens: int = 96
     seed: int | None = None
+    constraint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +251,7 @@ class PlannerAction(Event):
     latency_ms: int
     tool: str | None = None
     is_final: bool = False
+    engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -355,6 +367,7 @@ class TrainingSample(Event):
     estimator: str
     adapter_name: str
     behaviour_version: int
+    sampling: SamplingParams | None = None
 
 
 @dataclass(frozen=True)
@@ -390,6 +403,7 @@ class AdapterPromoted(Event):
     previous_version: int
     reason: str
     metrics: dict[str, float] = field(default_factory=dict)
+    decided_by: str = "ab-controller"
 
 
 @dataclass(frozen=True)
@@ -401,6 +415,93 @@ class AdapterRolledBack(Event):
     restored_version: int
     reason: str
     metrics: dict[str, float] = field(default_factory=dict)
+    decided_by: str = "ab-controller"
+
+
+@dataclass(frozen=True)
+class AdapterApproved(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.AdapterApproved"
+    envelope: Envelope
+    adapter_name: str
+    version: int
+    by: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class AdapterRejected(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.AdapterRejected"
+    envelope: Envelope
+    adapter_name: str
+    version: int
+    by: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class AdapterState(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.AdapterState"
+    envelope: Envelope
+    adapter_name: str
+    version: int
+    status: AdapterStatus
+    updated_at: datetime
+    parent_version: int | None = None
+    base_model: str = ""
+    uri: str = ""
+    sha256: str = ""
+    trainer_step: int = 0
+    samples_trained: int = 0
+    published_at: datetime | None = None
+    lineage: list[OffsetRange] = field(default_factory=list)
+    groups: int = 0
+    reward_count: int = 0
+    reward_mean: float | None = None
+    success_rate: float | None = None
+    eval_accuracy: float | None = None
+    eval_ci_low: float | None = None
+    eval_ci_high: float | None = None
+    eval_task_set: str | None = None
+    decision_reason: str = ""
+    decided_by: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def version_key(self) -> str:
+        """Record key on ``adapter-registry``: ``planner@v3``."""
+        return f"{self.adapter_name}@v{self.version}"
+
+
+@dataclass(frozen=True)
+class EvaluationCompleted(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.EvaluationCompleted"
+    envelope: Envelope
+    adapter_name: str
+    adapter_version: int
+    task_set: str
+    task_set_hash: str
+    tasks: int
+    samples_per_task: int
+    temperature: float
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    answered_rate: float
+    parse_failure_rate: float
+    tool_calls_per_task: float
+    mean_turns: float
+    tokens_per_task: float
+    seconds: float
+    judge: JudgeInfo
+    pass_at_k: float | None = None
+    trigger: str = "cli"
+    per_kind: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def version_key(self) -> str:
+        """Record key on ``evaluations``: ``planner@v3``."""
+        return f"{self.adapter_name}@v{self.adapter_version}"
 
 
 @dataclass(frozen=True)
@@ -430,6 +531,9 @@ class DeadLetter(Event):
     consumer: str
     key: bytes | None = None
     value: bytes | None = None
+    original_size: int | None = None
+    original_sha256: str | None = None
+    truncated: bool = False
 
 
 #: Every top-level event type, by Avro full name.
@@ -448,6 +552,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AdapterPublished,
         AdapterPromoted,
         AdapterRolledBack,
+        AdapterApproved,
+        AdapterRejected,
+        AdapterState,
+        EvaluationCompleted,
         RewardMetrics,
         DeadLetter,
     )

@@ -26,7 +26,7 @@ class TopicSpec:
 
     name: str
     partitions: int
-    key_field: str  # dotted path into the event, e.g. "envelope.group_id"
+    key_field: str  # dotted path into the event (a field or property), e.g. "envelope.group_id"
     event_types: tuple[str, ...]  # Avro full names the topic carries
     retention_ms: int = 7 * DAY_MS  # -1 = forever
     cleanup_policy: str = "delete"
@@ -68,8 +68,15 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec("groups", 3, "envelope.group_id", _ev("GroupClosed"), doc="Closed advantage windows."),
     TopicSpec("training-samples", 3, "envelope.group_id", _ev("TrainingSample"),
               doc="One sample per trained rollout: every planner turn + its trajectory advantage."),
-    TopicSpec("adapter-events", 1, "adapter_name", _ev("AdapterPublished", "AdapterPromoted", "AdapterRolledBack"),
+    TopicSpec("adapter-events", 1, "adapter_name",
+              _ev("AdapterPublished", "AdapterPromoted", "AdapterRolledBack", "AdapterApproved", "AdapterRejected"),
               retention_ms=-1, doc="Adapter lifecycle; kept forever (the audit trail of what served what)."),
+    TopicSpec("adapter-registry", 1, "version_key", _ev("AdapterState"), retention_ms=-1,
+              cleanup_policy="compact",
+              doc="Current state of every adapter version (the fold of adapter-events, evaluations and reward "
+                  "metrics); compacted, keyed '<adapter>@v<version>'."),
+    TopicSpec("evaluations", 1, "version_key", _ev("EvaluationCompleted"), retention_ms=-1,
+              doc="Held-out accuracy of adapter versions (streamgrpo eval and the run's evaluator); kept forever."),
     TopicSpec("reward-metrics", 1, "adapter_name", _ev("RewardMetrics"), 30 * DAY_MS,
               doc="Reward statistics per adapter version and tumbling window."),
     TopicSpec("dead-letters", 1, "source_topic", _ev("DeadLetter"), 30 * DAY_MS,
