@@ -16,13 +16,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-SETTINGS = """[streams]
+SETTINGS = """[loop]
 max_turns = 2
+samples_per_step = 8
+
+[streams]
 max_new_tokens = 40
-max_groups_in_flight = 4
 
 [trainer]
-samples_per_step = 8
 lr = 1e-4
 micro_batch_tokens = 2048
 """

@@ -132,12 +132,17 @@ class RunSettings:
 
 
 def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
-    """The run's TOML: the user's file (if any) with the run's paths added where unset."""
+    """The run's TOML: the user's file (if any) with the run's paths added where unset, and admission sized
+    to the rollout workers it starts (groups in flight = workers x concurrency)."""
     import tomllib
 
     base: dict[str, Any] = {}
     if cfg.config_path:
         base = tomllib.loads(Path(cfg.config_path).read_text())
+    from streamgrpo.rollout.config import RolloutConfig
+
+    concurrency = int(base.get("rollout", {}).get("concurrency", RolloutConfig.model_fields["concurrency"].default))
+    base.setdefault("streams", {}).setdefault("max_groups_in_flight", max(1, cfg.rollout_workers * concurrency))
     merged = merge_run_defaults(base, run_dir=run_dir, home=cfg.home)
     path = run_dir / "streamgrpo.toml"
     path.write_text(to_toml(merged))

@@ -16,13 +16,15 @@ What is not covered: hot reload. A process reads its settings once at start.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic.fields import FieldInfo
 
 from streamgrpo.errors import ConfigError
 
@@ -37,9 +39,45 @@ ENV_ALIASES: dict[str, tuple[str, str]] = {
 
 
 class StrictModel(BaseModel):
-    """Base of every settings model: unknown keys are errors, values are validated on assignment."""
+    """Base of every settings model: unknown keys are errors, values are validated on assignment.
+
+    ``SHARED_FIELDS`` names fields whose value is a :class:`LoopSettings` setting: :func:`load` reads
+    them from the ``[loop]`` section (env ``STREAMGRPO_LOOP__<FIELD>``) and refuses them in the
+    model's own section, so services that must agree cannot be configured apart.
+    """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    SHARED_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+
+class LoopSettings(StrictModel):
+    """What several services must agree on: section ``[loop]``, env ``STREAMGRPO_LOOP__<FIELD>``.
+
+    Each value is defined once, here; a service that needs one declares it with :func:`shared`
+    and :func:`load` fills it from this section (never from the service's own section).
+    """
+
+    adapter_name: str = Field("planner", min_length=1, description="Adapter (LoRA) family trained, published "
+                              "and served.")
+    max_staleness: int = Field(
+        1, ge=0, le=100_000,
+        description="Adapter versions a trained sample may lag behind the trainer. The fan-out admits a group only "
+        "while every sample it can produce will be trained within this many versions of the one that sampled it "
+        "(the admission budget is (1 + max_staleness) * samples_per_step samples waiting or in flight), and the "
+        "trainer drops (reason 'stale') anything further behind.",
+    )
+    samples_per_step: int = Field(8, ge=1, le=4096, description="TrainingSamples (rollouts) per optimizer step: "
+                                  "the trainer reads exactly this many; the fan-out's admission budget derives "
+                                  "from it.")
+    max_turns: int = Field(4, ge=1, le=32, description="Planner turn budget of a rollout, written into every "
+                           "RolloutRequest.")
+
+
+def shared(name: str) -> Any:
+    """A service-model field that mirrors ``LoopSettings.<name>`` (same type bounds, default and doc)."""
+    info: FieldInfo = copy.copy(LoopSettings.model_fields[name])
+    info.description = f"{info.description} Shared: set it in [loop] (STREAMGRPO_LOOP__{name.upper()})."
+    return info
 
 
 class KafkaSettings(StrictModel):
@@ -134,7 +172,17 @@ def load(
     """
     env = os.environ if environ is None else environ
     file = path or env.get(f"{ENV_PREFIX}CONFIG")
-    merged = _deep_merge(_toml_layer(section, Path(file) if file else None), _env_layer(section, env))
+    toml_path = Path(file) if file else None
+    merged = _deep_merge(_toml_layer(section, toml_path), _env_layer(section, env))
+    shared_names = getattr(model, "SHARED_FIELDS", ())
+    misplaced = sorted(set(merged) & set(shared_names))
+    if misplaced:
+        raise ConfigError(
+            f"{', '.join(f'{section}.{n}' for n in misplaced)}: shared by several services; set it in the [loop] "
+            f"section (env {ENV_PREFIX}LOOP__<FIELD>) so that every service reads the same value")
+    if shared_names:
+        loop = _deep_merge(_toml_layer("loop", toml_path), _env_layer("loop", env))
+        merged = _deep_merge({k: v for k, v in loop.items() if k in shared_names}, merged)
     merged = _deep_merge(merged, {k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return model.model_validate(merged)

@@ -7,17 +7,19 @@ live in :class:`streamgrpo.config.KafkaSettings` (section ``[kafka]``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from streamgrpo.config import StrictModel
+from streamgrpo.config import StrictModel, shared
 
 AGENT_NAMES = ("fanout", "window", "metrics", "ab", "archive")
 
 
 class StreamsSettings(StrictModel):
     """Everything the Faust worker of ``streamgrpo streams`` needs besides the broker address."""
+
+    SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_turns", "max_staleness", "samples_per_step")
 
     # -- app ---------------------------------------------------------------------------------------
     app_id: str = Field("streamgrpo-streams", description="Faust app id = consumer group; the topic prefix is prepended.")
@@ -44,20 +46,18 @@ class StreamsSettings(StrictModel):
         list(AGENT_NAMES), description=f"Agents this worker runs (subset of {', '.join(AGENT_NAMES)})."
     )
     # -- fan-out and admission ---------------------------------------------------------------------
-    adapter_name: str = Field("planner", description="Adapter (LoRA) name the planner is trained under.")
-    max_turns: int = Field(6, ge=1, le=64, description="Planner turn budget written into each RolloutRequest.")
+    adapter_name: str = shared("adapter_name")
+    max_turns: int = shared("max_turns")
     temperature: float = Field(1.0, ge=0, le=5, description="Sampling temperature of rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling p of rollouts.")
     max_new_tokens: int = Field(96, ge=1, le=8192, description="Token budget of one planner action.")
     max_groups_in_flight: int = Field(
-        64, ge=1, description="Admission bound: groups requested but not yet closed (seen on `groups`)."
+        4, ge=1, description="Admission bound: groups requested but not yet closed (seen on `groups`). Size it to "
+        "what the rollout workers run at once (workers x concurrency); queued groups only wait on an old version. "
+        "`streamgrpo run` sets it from its workers."
     )
-    max_staleness: int = Field(
-        2, ge=0, description="Admission bound: how many adapter versions rollouts may run ahead of the trainer."
-    )
-    groups_per_version: int = Field(
-        0, ge=0, description="Groups the trainer consumes per adapter version (0 disables the staleness bound)."
-    )
+    max_staleness: int = shared("max_staleness")
+    samples_per_step: int = shared("samples_per_step")
     admission_poll_s: float = Field(0.2, gt=0, le=60, description="How often a blocked fan-out re-checks admission.")
     # -- advantage window --------------------------------------------------------------------------
     estimator: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo or rloo.")

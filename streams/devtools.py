@@ -75,7 +75,11 @@ class WorkerProcess:
     def __init__(self, kafka: KafkaSettings, only: str, data_dir: Path, settings: Mapping[str, object] | None = None,
                  log_path: Path | None = None) -> None:
         env = dict(os.environ)
-        env.update({f"STREAMGRPO_STREAMS__{k.upper()}": str(v) for k, v in (settings or {}).items()})
+        from streamgrpo.streams.config import StreamsSettings
+
+        for k, v in (settings or {}).items():
+            section = "LOOP" if k in StreamsSettings.SHARED_FIELDS else "STREAMS"
+            env[f"STREAMGRPO_{section}__{k.upper()}"] = str(v)
         env["STREAMGRPO_STREAMS__DATA_DIR"] = str(data_dir)
         env.setdefault("STREAMGRPO_STREAMS__REBALANCE_TIMEOUT_S", "3")
         cmd = [sys.executable, "-m", "streamgrpo.cli", "streams", "--only", only, "--bootstrap", str(kafka.bootstrap),

@@ -4,10 +4,15 @@ Pure core:
 - :func:`fan_out` builds the N requests (``group_id = derived_id("group", task_id, attempt)`` with
   ``attempt`` from ``task.metadata["attempt"]`` or 0; ``rollout_id = derived_id("rollout", group_id, i)``;
   request ids derived from the rollout id), with sampling params and ``max_turns`` from settings.
-- :func:`admit` returns why a new group must wait, or ``None``: at most ``max_groups_in_flight``
-  groups requested but not closed, and (when ``groups_per_version > 0``) at most
-  ``(latest_version + 1 + max_staleness) * groups_per_version`` groups issued in total, i.e.
-  rollouts never run more than ``max_staleness`` adapter versions ahead of the trainer.
+- :func:`admit` returns why a new group must wait, or ``None``. Staleness is controlled HERE, by
+  admission, on by default: a group's samples queue behind the samples already waiting for the
+  trainer (``pending``: produced by closed groups, not yet in any published adapter's lineage) and
+  the rollouts in flight. The trainer consumes ``samples_per_step`` per version, so a group admitted
+  while ``pending + in_flight + group_size <= (1 + max_staleness) * samples_per_step`` is trained
+  at most ``max_staleness`` versions after the version it was sampled with. A group is always
+  admitted while fewer than ``samples_per_step`` samples are waiting or in flight (the trainer
+  would otherwise starve), and at most ``max_groups_in_flight`` groups are open at once. The
+  trainer drops what is older than the same shared ``max_staleness`` (``[loop]`` settings).
 
 Thin agent: consumes ``tasks``; waits for the :class:`~streamgrpo.streams.follower.LogFollower`
 to catch up; while admission says wait, it sleeps (backpressure: the task is not acknowledged, the
@@ -37,12 +42,12 @@ class FanoutPolicy:
     sampling: R.SamplingParams
     max_groups_in_flight: int
     max_staleness: int
-    groups_per_version: int
+    samples_per_step: int
 
     @classmethod
     def from_settings(cls, s: Any) -> FanoutPolicy:
         return cls(s.adapter_name, s.max_turns, R.SamplingParams(s.temperature, s.top_p, s.max_new_tokens),
-                   s.max_groups_in_flight, s.max_staleness, s.groups_per_version)
+                   s.max_groups_in_flight, s.max_staleness, s.samples_per_step)
 
 
 def attempt_of(task: R.Task) -> int:
@@ -71,15 +76,27 @@ def fan_out(task: R.Task, version: int, policy: FanoutPolicy) -> list[R.RolloutR
     return out
 
 
-def admit(in_flight: int, issued: int, latest_version: int, policy: FanoutPolicy) -> str | None:
-    """Why a new group must wait, or None when it may start."""
-    if in_flight >= policy.max_groups_in_flight:
-        return f"{in_flight} groups in flight (max {policy.max_groups_in_flight})"
-    if policy.groups_per_version > 0:
-        budget = (latest_version + 1 + policy.max_staleness) * policy.groups_per_version
-        if issued >= budget:
-            return (f"{issued} groups issued; trainer at version {latest_version} allows {budget} "
-                    f"(max_staleness {policy.max_staleness})")
+@dataclass(frozen=True)
+class Backlog:
+    """What admission looks at (folded from the log by the follower)."""
+
+    groups_in_flight: int  # groups requested, not closed
+    rollouts_in_flight: int  # their rollouts
+    pending_samples: int  # samples of closed groups not yet in a published adapter's lineage
+
+
+def admit(backlog: Backlog, group_size: int, policy: FanoutPolicy) -> str | None:
+    """Why a new group of ``group_size`` rollouts must wait, or None when it may start (see module doc)."""
+    if backlog.groups_in_flight >= policy.max_groups_in_flight:
+        return f"{backlog.groups_in_flight} groups in flight (max {policy.max_groups_in_flight})"
+    queued = backlog.pending_samples + backlog.rollouts_in_flight
+    if queued < policy.samples_per_step:
+        return None  # the trainer needs more samples than are coming: never starve it
+    budget = (1 + policy.max_staleness) * policy.samples_per_step
+    if queued + group_size > budget:
+        return (f"{backlog.pending_samples} samples waiting for the trainer and {backlog.rollouts_in_flight} "
+                f"rollouts in flight; {group_size} more would exceed {budget} = (1 + max_staleness "
+                f"{policy.max_staleness}) x samples_per_step {policy.samples_per_step}")
     return None
 
 
@@ -108,7 +125,7 @@ def register(ctx: Any) -> None:
             ctx.count("fanout.already_requested")
             return
         waited = False
-        while (reason := admit(follower.in_flight, len(follower.requested), follower.adapters.latest, policy)):
+        while (reason := admit(follower.backlog(), task.group_size, policy)):
             if not waited:
                 log.info("fan-out waiting: %s", reason)
                 ctx.count("fanout.backpressure")
@@ -118,7 +135,7 @@ def register(ctx: Any) -> None:
         requests = fan_out(task, version, policy)
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
-        follower.note_requested(group)
+        follower.note_requested(group, len(requests))
         ctx.count("fanout.groups")
 
     ctx.app.agent(ctx.topics["tasks"], name="streamgrpo.fanout")(fanout_agent)

@@ -4,8 +4,11 @@ A :class:`LogFollower` reads ``adapter-events``, ``groups`` and ``rollout-reques
 beginning, on all partitions, without a consumer group (so every worker sees everything, like a
 Faust GlobalTable but explicit), and folds them into:
 - ``adapters``: :class:`~streamgrpo.streams.ab_controller.AdapterState` (primary, canary, latest);
-- requested and closed group ids -> groups in flight;
+- requested and closed group ids -> groups (and their rollouts) in flight;
+- samples produced by closed groups that train, and samples consumed by the trainer (the sizes of
+  the offset ranges in every AdapterPublished lineage) -> samples waiting for the trainer;
 - per-version arm statistics of closed groups (for the A/B controller).
+These feed admission (:func:`~streamgrpo.streams.fanout.admit`).
 ``caught_up`` is set once the log end seen at start has been read; the fan-out waits for it so a
 restarted worker does not over-admit. The state is rebuilt from the log on every start (O(history)
 reads; memory ~100 bytes per group id). What is not covered: compaction of that history.
@@ -23,6 +26,7 @@ from aiokafka.errors import KafkaError
 from streamgrpo.avro import records as R
 from streamgrpo.avro.errors import DecodeError
 from streamgrpo.streams.ab_controller import AdapterState, ArmStats
+from streamgrpo.streams.fanout import Backlog
 from streamgrpo.topics.clients import aiokafka_config
 
 log = logging.getLogger(__name__)
@@ -38,35 +42,45 @@ class LogFollower:
         self.closed: set[str] = set()
         self.arms: dict[int, ArmStats] = {}
         self.caught_up = asyncio.Event()
-
-        self.open: set[str] = set()
+        self.open: dict[str, int] = {}  # group id -> rollouts requested
+        self.produced = 0  # samples of closed groups that train
+        self.consumed = 0  # training-samples records in published adapters' lineage
+        self._published: set[tuple[str, int]] = set()
 
     @property
     def in_flight(self) -> int:
         """Groups requested and not yet closed."""
         return len(self.open)
 
+    def backlog(self) -> Backlog:
+        return Backlog(len(self.open), sum(self.open.values()), max(0, self.produced - self.consumed))
+
     def arm(self, version: int) -> ArmStats:
         return self.arms.get(version, ArmStats())
 
-    def note_requested(self, group_id: str) -> None:
+    def note_requested(self, group_id: str, group_size: int) -> None:
         if group_id not in self.requested:
             self.requested.add(group_id)
             if group_id not in self.closed:
-                self.open.add(group_id)
+                self.open[group_id] = group_size
 
     def apply(self, event: R.Event) -> None:
         if isinstance(event, R.RolloutRequest):
-            self.note_requested(event.envelope.group_id or "")
+            self.note_requested(event.envelope.group_id or "", event.group_size)
         elif isinstance(event, R.GroupClosed):
             gid = event.envelope.group_id or ""
             if gid in self.closed:
                 return
             self.closed.add(gid)
-            self.open.discard(gid)
+            self.open.pop(gid, None)
+            if event.trains:
+                self.produced += event.received
             if event.reason not in NO_STATS_REASONS:
                 self.arms.setdefault(event.adapter_version, ArmStats()).add(event.reward_mean)
         else:
+            if isinstance(event, R.AdapterPublished) and (event.adapter_name, event.version) not in self._published:
+                self._published.add((event.adapter_name, event.version))
+                self.consumed += sum(r.end - r.start + 1 for r in event.lineage if r.topic.endswith("training-samples"))
             self.adapters.apply(event, self.ctx.settings.canary_share)
 
     async def run(self) -> None:

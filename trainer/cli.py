@@ -33,6 +33,8 @@ def _click_type(annotation: Any) -> tuple[Any, bool]:
 def _config_options(func: Any) -> Any:
     """Decorate ``func`` with one option per TrainerConfig field."""
     for name, info in reversed(list(TrainerConfig.model_fields.items())):
+        if name in TrainerConfig.SHARED_FIELDS:
+            continue  # shared with streams: only the [loop] section sets it
         flag = name.replace("_", "-")
         default = info.get_default(call_default_factory=True)
         help_text = f"{info.description} [default: {default}]"
@@ -47,8 +49,9 @@ def _config_options(func: Any) -> Any:
 
 @click.command("trainer", context_settings={"max_content_width": 110},
                epilog="Every option can also be set in the [trainer] table of the --config TOML file or as "
-                      "STREAMGRPO_TRAINER__<OPTION> (e.g. STREAMGRPO_TRAINER__SAMPLES_PER_STEP=16); "
-                      "Kafka settings come from [kafka] / STREAMGRPO_KAFKA__<FIELD>.")
+                      "STREAMGRPO_TRAINER__<OPTION> (e.g. STREAMGRPO_TRAINER__LR=1e-4). adapter_name, "
+                      "samples_per_step and max_staleness are shared with the stream processors: set them in "
+                      "[loop] / STREAMGRPO_LOOP__<FIELD>. Kafka settings come from [kafka] / STREAMGRPO_KAFKA__<FIELD>.")
 @click.option("--bootstrap", default=None, help="Kafka bootstrap servers (overrides [kafka] bootstrap).")
 @click.option("--topic-prefix", default=None, help="Topic prefix (overrides [kafka] topic_prefix).")
 @_config_options

@@ -7,11 +7,11 @@ Not covered: Kafka connection settings (``[kafka]``, :class:`streamgrpo.config.K
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, model_validator
 
-from streamgrpo.config import StrictModel
+from streamgrpo.config import StrictModel, shared
 
 if TYPE_CHECKING:  # torch is imported lazily so `streamgrpo trainer --help` stays fast
     from streamgrpo.trainer.losses import LossConfig
@@ -25,7 +25,9 @@ def _home() -> Path:
 class TrainerConfig(StrictModel):
     """Settings of one training run."""
 
-    adapter_name: str = Field("planner", min_length=1, description="Adapter family trained and published (samples of other adapters are dropped).")
+    SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_staleness", "samples_per_step")
+
+    adapter_name: str = shared("adapter_name")
     run_name: str = Field("default", min_length=1, description="Training run name; the consumer group is trainer.<adapter_name>.<run_name>.")
     base_model: str = Field("smollm2-135m-instruct", description="Base causal LM: the bundled alias 'smollm2-135m-instruct', a local directory or a HF hub id.")
     model_cache_dir: Path = Field(default_factory=lambda: _home() / "models", description="Where the bundled GGUF model is converted to safetensors (once).")
@@ -51,10 +53,10 @@ class TrainerConfig(StrictModel):
     schedule_steps: int = Field(1000, ge=1, description="Length of the linear/cosine decay in optimizer steps.")
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="Final LR as a fraction of lr for linear/cosine.")
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient norm clipping.")
-    samples_per_step: int = Field(8, ge=1, description="TrainingSamples (rollouts) per optimizer step; exactly this many are read per step.")
+    samples_per_step: int = shared("samples_per_step")
     micro_batch_tokens: int = Field(4096, ge=16, description="Padded-token budget of one micro-batch (gradient accumulation splits a step into micro-batches).")
     max_seq_len: int = Field(2048, ge=8, description="Longest row (prompt + action); longer prompts are left-truncated, longer actions drop the sample.")
-    max_staleness: int = Field(4, ge=0, description="Samples whose behaviour_version is more than this many versions behind the current are dropped (reason 'stale').")
+    max_staleness: int = shared("max_staleness")
     publish_every: int = Field(1, ge=1, description="Store + announce an adapter every this many optimizer steps (offsets are committed then).")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps in total (unset: run forever).")
     idle_exit_s: float | None = Field(None, gt=0.0, description="Stop after this many seconds without new samples (unset: wait forever).")

@@ -25,8 +25,9 @@ def test_run_publishes_adapters_and_the_worker_switches(kafka_ns: KafkaSettings,
     cfg = tmp_path / "streamgrpo.toml"
     cfg.write_text(
         f'[kafka]\ntopic_prefix = "{kafka_ns.topic_prefix}"\nsession_timeout_ms = 3000\n\n'
-        "[streams]\nmax_turns = 2\nmax_new_tokens = 40\ngroup_timeout_s = 300.0\nmax_groups_in_flight = 4\n\n"
-        f"[trainer]\nsamples_per_step = 4\npublish_every = 1\nmodel_cache_dir = \"{model_cache}\"\n\n"
+        "[loop]\nmax_turns = 2\nsamples_per_step = 4\n\n"
+        "[streams]\nmax_new_tokens = 40\ngroup_timeout_s = 300.0\n\n"
+        f"[trainer]\npublish_every = 1\nmodel_cache_dir = \"{model_cache}\"\n\n"
         f'[rollout]\nconcurrency = 1\nmodel_cache_dir = "{model_cache}"\n'
     )
     home = tmp_path / "home"

@@ -29,6 +29,7 @@ def tiny_base(tmp_path_factory):
 
 
 def trainer_config(tiny_base, store_root, **kw):
+    kw.setdefault("max_staleness", 4)  # these samples are all of version 0; staleness has its own test
     return TrainerConfig(base_model=str(tiny_base[0]), store_root=store_root, device="cpu", lora_rank=4,
                          lora_alpha=8, samples_per_step=2, publish_every=1, micro_batch_tokens=128,
                          idle_exit_s=3.0, poll_timeout_ms=200, lr=1e-3, **kw)

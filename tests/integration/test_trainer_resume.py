@@ -65,9 +65,13 @@ def assert_trained_exactly_once(kafka, store_root):
 def cli_args(kafka, base, store_root, run_name):
     return [sys.executable, "-m", "streamgrpo.trainer.cli", "--bootstrap", kafka.bootstrap, "--topic-prefix",
             kafka.topic_prefix, "--base-model", str(base), "--store-root", str(store_root), "--device", "cpu",
-            "--run-name", run_name, "--lora-rank", "4", "--lora-alpha", "8", "--samples-per-step", "1",
-            "--publish-every", "1", "--poll-timeout-ms", "200", "--idle-exit-s", "4", "--lr", "1e-3",
-            "--max-staleness", "1000"]  # all samples are behaviour version 0: none may be dropped as stale
+            "--run-name", run_name, "--lora-rank", "4", "--lora-alpha", "8",
+            "--publish-every", "1", "--poll-timeout-ms", "200", "--idle-exit-s", "4", "--lr", "1e-3"]
+
+
+#: [loop] settings of the CLI runs: one sample per step; all samples are behaviour version 0, so none may be
+#: dropped as stale
+LOOP_ENV = {"STREAMGRPO_LOOP__SAMPLES_PER_STEP": "1", "STREAMGRPO_LOOP__MAX_STALENESS": "1000"}
 
 
 def test_sigkilled_trainer_resumes_without_gap_or_overlap(kafka_ns, tiny_base, tmp_path):
@@ -75,7 +79,7 @@ def test_sigkilled_trainer_resumes_without_gap_or_overlap(kafka_ns, tiny_base, t
     n = 40
     publish_samples(kafka_ns, make_samples(tok, n, seed=7, model=model))
     args = cli_args(kafka_ns, base, tmp_path, "kill")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **LOOP_ENV}
 
     first = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
@@ -101,7 +105,8 @@ def test_crash_between_store_and_commit_is_not_trained_twice(kafka_ns, tiny_base
     base, model, tok = tiny_base
     publish_samples(kafka_ns, make_samples(tok, 6, seed=8, model=model))
     cfg = TrainerConfig(base_model=str(base), store_root=tmp_path, device="cpu", lora_rank=4, lora_alpha=8,
-                        samples_per_step=2, run_name="window", idle_exit_s=4.0, poll_timeout_ms=200)
+                        samples_per_step=2, max_staleness=4, run_name="window", idle_exit_s=4.0,
+                        poll_timeout_ms=200)
 
     async def crash_after_publish() -> None:
         state = resume(cfg)
@@ -121,7 +126,8 @@ def test_crash_between_store_and_announce_announces_on_restart(kafka_ns, tiny_ba
     base, model, tok = tiny_base
     publish_samples(kafka_ns, make_samples(tok, 4, seed=9, model=model))
     cfg = TrainerConfig(base_model=str(base), store_root=tmp_path, device="cpu", lora_rank=4, lora_alpha=8,
-                        samples_per_step=2, run_name="announce", idle_exit_s=4.0, poll_timeout_ms=200)
+                        samples_per_step=2, max_staleness=4, run_name="announce", idle_exit_s=4.0,
+                        poll_timeout_ms=200)
 
     class DeadProducer(EventProducer):
         def send(self, event, **kw):  # the process dies right after storing the adapter

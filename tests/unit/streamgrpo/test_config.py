@@ -64,3 +64,28 @@ def test_nested_env_keys_deep_merge_over_toml(tmp_path) -> None:
     toml.write_text('[judge]\nname = "t"\n[judge.llm]\nmodel = "from-toml"\n')
     out = config.load(_Outer, "judge", path=toml, environ={"STREAMGRPO_JUDGE__LLM__API_KEY": "k"})
     assert out.llm.api_key == "k" and out.llm.model == "from-toml" and out.name == "t"
+
+
+def test_shared_loop_settings_reach_every_service_from_one_section(tmp_path) -> None:
+    from streamgrpo.streams.config import StreamsSettings
+    from streamgrpo.trainer.config import TrainerConfig
+
+    toml = tmp_path / "s.toml"
+    toml.write_text("[loop]\nmax_staleness = 3\nsamples_per_step = 12\n[trainer]\nlr = 0.001\n")
+    trainer = config.load(TrainerConfig, "trainer", path=toml, environ={})
+    streams = config.load(StreamsSettings, "streams", path=toml, environ={"STREAMGRPO_LOOP__MAX_TURNS": "2"})
+    assert (trainer.max_staleness, trainer.samples_per_step, trainer.lr) == (3, 12, 0.001)
+    assert (streams.max_staleness, streams.samples_per_step, streams.max_turns) == (3, 12, 2)
+    # one default, defined once
+    assert TrainerConfig().max_staleness == StreamsSettings().max_staleness == config.LoopSettings().max_staleness
+
+
+@pytest.mark.parametrize("where", ["toml", "env"])
+def test_a_shared_setting_in_a_service_section_is_an_error(tmp_path, where) -> None:
+    from streamgrpo.trainer.config import TrainerConfig
+
+    toml = tmp_path / "s.toml"
+    toml.write_text("[trainer]\nmax_staleness = 3\n" if where == "toml" else "[trainer]\n")
+    env = {"STREAMGRPO_TRAINER__SAMPLES_PER_STEP": "4"} if where == "env" else {}
+    with pytest.raises(ConfigError, match=r"\[loop\]"):
+        config.load(TrainerConfig, "trainer", path=toml, environ=env)

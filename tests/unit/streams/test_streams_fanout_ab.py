@@ -16,11 +16,11 @@ from streamgrpo.streams.ab_controller import (
     choose_version,
     decide,
 )
-from streamgrpo.streams.fanout import FanoutPolicy, admit, fan_out
+from streamgrpo.streams.fanout import Backlog, FanoutPolicy, admit, fan_out
 
 
-def policy(max_in_flight: int = 4, staleness: int = 1, gpv: int = 0) -> FanoutPolicy:
-    return FanoutPolicy("planner", 5, R.SamplingParams(0.8, 0.95, 64), max_in_flight, staleness, gpv)
+def policy(max_in_flight: int = 4, staleness: int = 1, per_step: int = 8) -> FanoutPolicy:
+    return FanoutPolicy("planner", 5, R.SamplingParams(0.8, 0.95, 64), max_in_flight, staleness, per_step)
 
 
 def task(n: int = 4, **meta: str) -> R.Task:
@@ -46,13 +46,55 @@ def test_fan_out_rejects_bad_task() -> None:
         fan_out(task(0), 0, policy())
 
 
-def test_admission_bounds() -> None:
-    assert admit(3, 10, 0, policy(4)) is None
-    assert "in flight" in (admit(4, 10, 0, policy(4)) or "")
-    # trainer at version 1, staleness 1, 10 groups/version -> budget 30 groups
-    assert admit(0, 29, 1, policy(100, 1, 10)) is None
-    assert "version 1" in (admit(0, 30, 1, policy(100, 1, 10)) or "")
-    assert admit(0, 30, 2, policy(100, 1, 10)) is None
+def test_admission_bounds_groups_in_flight() -> None:
+    assert admit(Backlog(3, 12, 0), 4, policy(4)) is None
+    assert "in flight" in (admit(Backlog(4, 16, 0), 4, policy(4)) or "")
+
+
+def test_admission_budget_is_one_step_per_version_of_staleness() -> None:
+    # samples_per_step 8, max_staleness 1 -> at most 16 samples waiting or in flight
+    assert admit(Backlog(1, 4, 8), 4, policy(100, 1, 8)) is None  # 12 + 4 = 16
+    assert "exceed 16" in (admit(Backlog(1, 4, 9), 4, policy(100, 1, 8)) or "")
+    assert "exceed 8" in (admit(Backlog(1, 4, 4), 4, policy(100, 0, 8)) or "")  # on-policy: one step only
+
+
+def test_admission_never_starves_the_trainer() -> None:
+    # fewer samples coming than one step needs: admit even a group larger than the budget
+    assert admit(Backlog(0, 0, 7), 16, policy(100, 0, 8)) is None
+    assert admit(Backlog(1, 3, 4), 8, policy(100, 0, 8)) is None
+
+
+def simulate(staleness: int, per_step: int, group_size: int, zero_variance_every: int, groups: int) -> list[int]:
+    """Drive admit() against a trainer model; returns the staleness (trainer version - sampled version) of
+    every trained sample. Groups complete in order; every `zero_variance_every`-th group trains nothing."""
+    pol = policy(100, staleness, per_step)
+    version, pending, in_flight = 0, [], []  # pending: sampled versions of samples waiting for the trainer
+    lags: list[int] = []
+    issued = 0
+    while issued < groups or in_flight or len(pending) >= per_step:
+        backlog = Backlog(len(in_flight), group_size * len(in_flight), len(pending))
+        if issued < groups and admit(backlog, group_size, pol) is None:
+            in_flight.append((issued, version))
+            issued += 1
+            continue
+        if len(pending) >= per_step:  # the trainer steps and publishes the next version
+            step, pending = pending[:per_step], pending[per_step:]
+            lags += [version - v for v in step]
+            version += 1
+        elif in_flight:  # the oldest group closes
+            index, sampled = in_flight.pop(0)
+            if (index + 1) % zero_variance_every:
+                pending += [sampled] * group_size
+        else:
+            break
+    return lags
+
+
+@pytest.mark.parametrize("staleness,per_step,group_size,zv", [(0, 8, 4, 3), (1, 8, 4, 3), (1, 8, 8, 2),
+                                                              (2, 16, 4, 5), (1, 4, 8, 1000)])
+def test_admission_keeps_every_trained_sample_within_max_staleness(staleness, per_step, group_size, zv) -> None:
+    lags = simulate(staleness, per_step, group_size, zv, groups=60)
+    assert lags and max(lags) <= staleness
 
 
 def _pub(v: int) -> R.AdapterPublished:

@@ -15,14 +15,17 @@ def test_help_documents_every_config_field():
     result = CliRunner().invoke(trainer, ["--help"], terminal_width=200)
     assert result.exit_code == 0
     for name, info in TrainerConfig.model_fields.items():
+        if name in TrainerConfig.SHARED_FIELDS:  # [loop] settings: no trainer-only override
+            assert f"--{name.replace('_', '-')}" not in result.output and name in result.output
+            continue
         assert f"--{name.replace('_', '-')}" in result.output
         assert info.description and info.description.split()[0] in result.output
 
 
 def test_layering_env_toml_and_options(tmp_path):
     toml = tmp_path / "s.toml"
-    toml.write_text('[trainer]\nlora_rank = 4\nloss = "gspo"\nsamples_per_step = 3\n')
-    cfg = load(TrainerConfig, "trainer", path=toml, environ={"STREAMGRPO_TRAINER__SAMPLES_PER_STEP": "5"},
+    toml.write_text('[loop]\nsamples_per_step = 3\n[trainer]\nlora_rank = 4\nloss = "gspo"\n')
+    cfg = load(TrainerConfig, "trainer", path=toml, environ={"STREAMGRPO_LOOP__SAMPLES_PER_STEP": "5"},
                overrides={"loss": "grpo", "lr": None})
     assert (cfg.lora_rank, cfg.loss, cfg.samples_per_step, cfg.lr) == (4, "grpo", 5, 5e-5)
     assert cfg.group_id == "trainer.planner.default"
