@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "streams": ("streamgrpo.streams.cli:streams", "Run the Faust stream processors (fan-out, advantages, samples...)."),
     "trainer": ("streamgrpo.trainer.cli:trainer", "Run the GRPO/GSPO trainer on training-samples."),
     "run": ("streamgrpo.cli.run:run", "Run the whole loop locally: broker, streams, judge, rollout, trainer."),
+    "eval": ("streamgrpo.evaluation.cli:eval_command",
+             "Held-out accuracy of the base model and adapter versions (correctness only, with CIs)."),
+    "evaluator": ("streamgrpo.evaluation.cli:evaluator_command",
+                  "Run the evaluator service (held-out accuracy of each new adapter version)."),
     "analyse": ("streamgrpo.streams.cli:analyse", "Query the Parquet archive of events with DuckDB."),
 }
 

@@ -100,6 +100,7 @@ class _Trajectory:
     tool_calls: Counter[str] = field(default_factory=Counter)
     served_version: int | None = None
     result: RolloutResult | None = None
+    analysis: QueryAnalysis | None = None
 
     @property
     def rollout_id(self) -> str:
@@ -120,34 +121,56 @@ def run_group(
     on_analysis: Callable[[QueryAnalysis], None] | None = None,
 ) -> GroupResult:
     """Run the trajectories of ``requests`` (one group, same question) in lockstep; emit their events."""
-    if not requests:
-        return GroupResult(QueryAnalysis(), [])
-    trajs = [_Trajectory(r, time.monotonic()) for r in requests]
-    try:
-        analysis = ctx.analyser.analyse(requests[0].question, list(ctx.tools))
-    except MODEL_ERRORS as exc:
-        for t in trajs:
-            _finish_error(t, ctx, sink, f"query analysis failed: {exc}")
-        return GroupResult(QueryAnalysis(), [t.result for t in trajs if t.result])
-    if on_analysis is not None:
-        on_analysis(analysis)
+    results = run_groups([requests], ctx, sink, on_analysis=on_analysis)
+    return results[0]
+
+
+def run_groups(
+    groups: Sequence[Sequence[R.RolloutRequest]],
+    ctx: LoopContext,
+    sink: EventSink,
+    *,
+    on_analysis: Callable[[QueryAnalysis], None] | None = None,
+) -> list[GroupResult]:
+    """Run several groups (each: one question) in lockstep: every turn, the active trajectories of ALL
+    groups go into one ``policy.generate`` per (adapter, version, sampling). Each group's query is
+    analysed once. Returns one :class:`GroupResult` per group, in order."""
+    trajs: list[list[_Trajectory]] = []
+    analyses: list[QueryAnalysis] = []
+    for requests in groups:
+        group = [_Trajectory(r, time.monotonic()) for r in requests]
+        trajs.append(group)
+        analysis = QueryAnalysis()
+        if group:
+            try:
+                analysis = ctx.analyser.analyse(requests[0].question, list(ctx.tools))
+            except MODEL_ERRORS as exc:
+                for t in group:
+                    _finish_error(t, ctx, sink, f"query analysis failed: {exc}")
+            else:
+                if on_analysis is not None:
+                    on_analysis(analysis)
+        for t in group:
+            t.analysis = analysis
+        analyses.append(analysis)
     tool_lines = [planner.tool_line(name, tool.spec.description, tool_example(tool)) for name, tool in ctx.tools.items()]
     turn = 0
-    while active := [t for t in trajs if t.result is None]:
+    while active := [t for group in trajs for t in group if t.result is None]:
         turn += 1
-        for traj, outcome in _plan_turn(active, turn, ctx, tool_lines, analysis):
+        for traj, outcome in _plan_turn(active, turn, ctx, tool_lines):
             if isinstance(outcome, str):
                 _finish_error(traj, ctx, sink, outcome)
             else:
                 _act(traj, outcome, turn, ctx, sink)
-    return GroupResult(analysis, [t.result for t in trajs if t.result is not None])
+    return [GroupResult(a, [t.result for t in group if t.result is not None]) for a, group in zip(analyses, trajs,
+                                                                                                   strict=True)]
 
 
-def _prompt_ids(traj: _Trajectory, ctx: LoopContext, tool_lines: list[str], analysis: QueryAnalysis) -> list[int]:
+def _prompt_ids(traj: _Trajectory, ctx: LoopContext, tool_lines: list[str]) -> list[int]:
     """State prompt token ids; drops the oldest steps until it fits ``max_prompt_tokens``."""
     steps = ctx.history_steps
     while True:
-        messages = planner.build_messages(traj.request.question, tool_lines, analysis, traj.history,
+        messages = planner.build_messages(traj.request.question, tool_lines, traj.analysis, traj.history,
                                           max_steps=steps, clip=ctx.observation_clip)
         ids = ctx.policy.chat_prompt(messages) + _prefix_ids(ctx)
         if len(ids) <= ctx.max_prompt_tokens or steps <= 0:
@@ -169,7 +192,7 @@ def effective_prefix(ctx: LoopContext) -> str:
 
 
 def _plan_turn(
-    active: list[_Trajectory], turn: int, ctx: LoopContext, tool_lines: list[str], analysis: QueryAnalysis,
+    active: list[_Trajectory], turn: int, ctx: LoopContext, tool_lines: list[str],
 ) -> list[tuple[_Trajectory, Generation | str]]:
     """One batched ``generate`` per (adapter, version, sampling) among ``active``; errors as strings."""
     buckets: dict[tuple[str, int, R.SamplingParams], list[_Trajectory]] = {}
@@ -179,7 +202,7 @@ def _plan_turn(
     out: list[tuple[_Trajectory, Generation | str]] = []
     for (name, version, sampling), trajs in buckets.items():
         try:
-            prompts = [_prompt_ids(t, ctx, tool_lines, analysis) for t in trajs]
+            prompts = [_prompt_ids(t, ctx, tool_lines) for t in trajs]
             stop = JsonObjectEnd(effective_prefix(ctx)) if ctx.stop_at_json_end else None
             gens = ctx.policy.generate(prompts, sampling, adapter_name=name, adapter_version=version, stop=stop)
         except MODEL_ERRORS as exc:

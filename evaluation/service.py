@@ -1,0 +1,121 @@
+"""The evaluator in the loop (``streamgrpo evaluator``): held-out accuracy of each new adapter version.
+
+It follows ``adapter-events``; when a version is published (every ``every``-th one, and the base
+model once at start) it loads the announced files -- only if their sha256 matches the event --,
+evaluates the agent as served on a FIXED held-out sample (the first ``limit`` tasks of ``tasks``,
+greedy), and publishes an ``EvaluationCompleted`` (trigger ``run-evaluator``). When versions come
+faster than it evaluates, it takes the NEWEST pending one, so the curve stays current instead of
+falling behind. Versions already evaluated on the same task set (read back from ``evaluations`` at
+start) are not evaluated again, so a restarted evaluator resumes.
+
+Cost on a small machine: the evaluator runs at a lower CPU priority (``nice``) than the rollout
+workers and the trainer, on a small sample; BENCHMARKS.md measures what it costs the loop.
+
+What is not covered: evaluating canaries differently from other versions (every version is treated
+alike), sampling-based evaluation in the loop (``streamgrpo eval --samples`` does that on demand).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import Field
+
+from streamgrpo import heartbeat
+from streamgrpo.avro import records as R
+from streamgrpo.config import StrictModel
+from streamgrpo.errors import StreamGRPOError
+
+log = logging.getLogger(__name__)
+
+
+class EvaluatorSettings(StrictModel):
+    """The evaluator of `streamgrpo run` (section ``[evaluator]``, env ``STREAMGRPO_EVALUATOR__<FIELD>``)."""
+
+    enabled: bool = Field(True, description="Run the evaluator as part of `streamgrpo run`.")
+    tasks: str = Field("builtin:heldout", description="Held-out task set (a file or a built-in split). Never train "
+                       "on it: `run` submits builtin:train.")
+    limit: int = Field(32, ge=1, le=100_000, description="Tasks of the fixed held-out sample (the first N).")
+    every: int = Field(1, ge=1, le=1000, description="Evaluate every N-th published version (the newest pending "
+                       "one is taken when versions come faster than evaluations).")
+    include_base: bool = Field(True, description="Evaluate the base model (v0) once, as the reference.")
+    batch_size: int = Field(16, ge=1, le=512, description="Tasks run at once.")
+    nice: int = Field(10, ge=0, le=19, description="CPU niceness of the evaluator process (the loop's rollout "
+                      "workers and trainer come first).")
+    poll_s: float = Field(2.0, gt=0, le=300, description="How often adapter-events is checked for new versions.")
+
+
+class Evaluator:
+    """State + one step of the evaluator loop (the session does the I/O)."""
+
+    def __init__(self, settings: EvaluatorSettings, session: Any, rows: Sequence[Any]) -> None:
+        self.settings = settings
+        self.session = session
+        self.rows = list(rows)[: settings.limit]
+        self.spec = session.spec(settings.tasks, batch_size=settings.batch_size)
+        from streamgrpo.evaluation.core import task_set_hash
+
+        self.task_hash = task_set_hash([(t.question, t.ground_truths) for t in self.rows])
+        self.done: set[int] = set()
+
+    def pending(self, published: dict[int, R.AdapterPublished]) -> int | None:
+        """The version to evaluate next: the base first (if asked), then the newest not yet evaluated."""
+        if self.settings.include_base and 0 not in self.done:
+            return 0
+        todo = [v for v in published if v not in self.done and v % self.settings.every == 0]
+        return max(todo) if todo else None
+
+    def note_existing(self, events: Sequence[R.Event]) -> None:
+        """Versions already evaluated on this exact task set by an evaluator (resume after a restart)."""
+        for e in events:
+            if isinstance(e, R.EvaluationCompleted) and e.task_set_hash == self.task_hash \
+                    and e.trigger == "run-evaluator" and e.adapter_name == self.session.loop.adapter_name:
+                self.done.add(e.adapter_version)
+
+    def evaluate(self, version: int, published: dict[int, R.AdapterPublished]) -> R.EvaluationCompleted:
+        from streamgrpo.evaluation.adapters import base_target, from_event
+
+        target = base_target(self.session.loop.adapter_name) if version == 0 else from_event(published[version])
+        run = self.session.run_one(target, self.rows, self.spec)
+        self.done.add(version)
+        return run.run.event(self.session.judge.info, trigger="run-evaluator", service="evaluator")
+
+
+def serve(settings: EvaluatorSettings, session: Any, stop: threading.Event) -> None:
+    """The evaluator loop until ``stop`` (see module docstring)."""
+    from streamgrpo.evaluation.adapters import published as published_versions
+    from streamgrpo.topics.consumer import read_topic
+    from streamgrpo.topics.producer import EventProducer
+
+    if settings.nice:
+        os.nice(settings.nice)
+    rows = session.load_tasks(settings.tasks)
+    evaluator = Evaluator(settings, session, rows)
+    evaluator.note_existing([r.event for r in read_topic(session.kafka, "evaluations") if r.event is not None])
+    log.info("evaluator: %d held-out tasks (%s, hash %s); already evaluated: %s", len(evaluator.rows),
+             settings.tasks, evaluator.task_hash, sorted(evaluator.done) or "none")
+    with EventProducer(session.kafka, "evaluator") as producer:
+        while not stop.is_set():
+            heartbeat.beat()
+            events = [r.event for r in read_topic(session.kafka, "adapter-events") if r.event is not None]
+            published = published_versions(events, session.loop.adapter_name)
+            version = evaluator.pending(published)
+            if version is None:
+                stop.wait(settings.poll_s)
+                continue
+            started = time.monotonic()
+            try:
+                event = evaluator.evaluate(version, published)
+            except StreamGRPOError as exc:  # a version that does not verify is reported, never evaluated
+                log.error("evaluator: v%d skipped: %s", version, exc)
+                evaluator.done.add(version)
+                continue
+            producer.send(event)
+            producer.flush()
+            log.info("evaluator: %s@v%d accuracy %.3f [%.3f, %.3f] on %d tasks in %.0f s", event.adapter_name,
+                     version, event.accuracy, event.ci_low, event.ci_high, event.tasks, time.monotonic() - started)
