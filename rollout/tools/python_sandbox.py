@@ -12,7 +12,7 @@ Every call:
 
 - copies the bootstrap (``_sandbox_child.py``), the program and the seccomp program into memfds
   that bwrap reads (nothing is written to the host's disk);
-- starts ``bwrap ... python -I -B /sandbox/bootstrap.py <json>`` with :class:`subprocess.Popen`
+- starts ``bwrap ... python -I -B /sandbox/bootstrap.py <config>`` with :class:`subprocess.Popen`
   as the sandbox uid (``user=``/``group=``, done by the C fork helper: safe in a threaded worker),
   in a new session, with stdin closed, an empty environment and only the memfds inherited;
 - reads stdout/stderr with a byte bound (the rest is drained and dropped) until the wall-clock
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamgrpo.rollout.tools._sandbox_child import EXIT_UNSAFE, READY
+from streamgrpo.rollout.tools._sandbox_child import EXIT_UNSAFE, READY, format_config
 from streamgrpo.rollout.tools.base import Param, Tool, ToolExample, ToolResult, ToolSpec
 from streamgrpo.rollout.tools.config import SandboxSettings
 from streamgrpo.rollout.tools.errors import SandboxUnavailableError
@@ -101,8 +101,8 @@ class SandboxRun:
 
 
 def child_config(limits: SandboxSettings, *, probe: bool = False) -> str:
-    """The bootstrap's JSON argument."""
-    return json.dumps({
+    """The bootstrap's argument (``key=value,...``, see ``_sandbox_child.format_config``)."""
+    return format_config({
         "workdir": WORKDIR, "code_path": CODE_PATH, "cpu_seconds": limits.cpu_seconds, "memory_mb": limits.memory_mb,
         "file_size_mb": limits.file_size_mb, "max_open_files": limits.max_open_files,
         "max_processes": limits.max_processes, "audit_hook": limits.audit_hook, "probe": probe,

@@ -118,3 +118,13 @@ def test_seccomp_program_covers_every_denied_syscall(machine: str) -> None:
 def test_seccomp_on_an_unknown_architecture_is_an_error() -> None:
     with pytest.raises(SeccompUnsupportedError, match="riscv64"):
         build_program("riscv64")
+
+
+def test_the_bootstrap_config_round_trips() -> None:
+    from streamgrpo.rollout.tools._sandbox_child import format_config, parse_config
+    from streamgrpo.rollout.tools.python_sandbox import child_config
+
+    cfg = {"workdir": "/tmp", "code_path": "/sandbox/main.py", "cpu_seconds": 5, "audit_hook": True, "probe": False}
+    assert parse_config(format_config(cfg)) == {**cfg, "audit_hook": 1, "probe": 0}
+    parsed = parse_config(child_config(SandboxSettings(memory_mb=300)))
+    assert parsed["memory_mb"] == 300 and parsed["workdir"] == "/tmp"
