@@ -48,6 +48,7 @@ WORKDIR = "/tmp"
 BOOTSTRAP_PATH = "/sandbox/bootstrap.py"
 CODE_PATH = "/sandbox/main.py"
 SYSTEM_PYTHON = "/usr/bin/python3"
+MIN_BWRAP = (0, 8, 0)
 #: Namespaces the probe checks to differ from the worker's (bwrap reports their inode numbers).
 NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "uts")
 GRANT_HINT = (
@@ -143,11 +144,27 @@ def _choose_python(settings: SandboxSettings, uid: int, gid: int) -> tuple[str, 
         "[tools.sandbox] python to an interpreter under world-readable directories.")
 
 
+def bwrap_version(bwrap: str) -> tuple[int, ...]:
+    """``bwrap --version`` as a tuple (``bubblewrap 0.8.0`` -> (0, 8, 0)); () when unreadable."""
+    try:
+        out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout  # noqa: S603
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    digits = out.split()[-1].split(".") if out.split() else []
+    return tuple(int(d) for d in digits if d.isdigit())
+
+
 def plan_jail(settings: SandboxSettings) -> JailPlan:
     """Resolve the jail for ``settings``; raises SandboxUnavailableError naming what is missing."""
     bwrap = shutil.which(settings.bwrap)
     if bwrap is None:
         raise SandboxUnavailableError(f"bubblewrap ({settings.bwrap!r}) is not installed. {GRANT_HINT}")
+    version = bwrap_version(bwrap)
+    if version < MIN_BWRAP:
+        found = ".".join(map(str, version)) or "an unreadable version"
+        raise SandboxUnavailableError(
+            f"bubblewrap {'.'.join(map(str, MIN_BWRAP))} or newer is needed (--size, --disable-userns); {bwrap} is "
+            f"{found}. Debian 12 and Ubuntu 24.04 ship one that is new enough.")
     uid, gid, switch = _identity(settings)
     if uid == 0:
         raise SandboxUnavailableError("the sandbox would run as uid 0; run the worker as a non-root user or as root "

@@ -128,3 +128,12 @@ def test_the_bootstrap_config_round_trips() -> None:
     assert parse_config(format_config(cfg)) == {**cfg, "audit_hook": 1, "probe": 0}
     parsed = parse_config(child_config(SandboxSettings(memory_mb=300)))
     assert parsed["memory_mb"] == 300 and parsed["workdir"] == "/tmp"
+
+
+def test_an_old_bubblewrap_is_refused(tmp_path: Path) -> None:
+    """A real executable that answers like bubblewrap 0.6.1 (Ubuntu 22.04's), which lacks --size."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bubblewrap 0.6.1'\n")
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailableError, match=r"bubblewrap 0\.8\.0 or newer is needed .* is 0\.6\.1"):
+        plan_jail(SandboxSettings(bwrap=str(fake)))
