@@ -4,7 +4,8 @@ A thread cannot be stopped, and a signal cannot interrupt one long C-level opera
 power holds the GIL until it returns), so the only wall-clock bound that holds for any input is a
 process that can be killed. :class:`BoundedCall` keeps ONE long-lived helper per tool (started on
 the first call, ``python -I -m streamgrpo.rollout.tools.bounded <module:function> <memory_mb>``),
-sends it one JSON line per call and waits at most ``wall_seconds`` for the answer; on timeout the
+waits (up to :data:`STARTUP_S`) for its "ready" line, then sends it one JSON line per call and
+waits at most ``wall_seconds`` for the answer; on timeout the
 helper is SIGKILLed and the call returns an error (the next call starts a fresh helper). The helper
 limits its own address space (RLIMIT_AS, set after its imports) and exits when its stdin closes (the worker exited).
 
@@ -31,6 +32,8 @@ from typing import Any
 from streamgrpo.rollout.tools.errors import ToolInputError
 
 _MAX_LINE = 1 << 20
+STARTUP_S = 60.0
+READY_LINE = b"ready\n"
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -53,12 +56,17 @@ class BoundedCall:
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     def _helper(self) -> subprocess.Popen[bytes]:
+        """The running helper; a new one is started (and waited for, up to STARTUP_S) when needed."""
         if self._proc is None or self._proc.poll() is not None:
             self._proc = subprocess.Popen(  # noqa: S603 - our interpreter and our module
                 [sys.executable, "-I", "-m", __name__, self.target, str(self.memory_mb)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
             )
             self._finalizer = weakref.finalize(self, _stop, self._proc)
+            assert self._proc.stdout is not None
+            # Its imports are not the call's time: the wall clock starts once it says it is ready.
+            if self._read_line(self._proc.stdout.fileno(), time.monotonic() + STARTUP_S) != READY_LINE:
+                raise OSError(f"the helper did not start within {STARTUP_S:g}s")
         return self._proc
 
     def _kill(self) -> None:
@@ -110,6 +118,8 @@ def serve(target: str, memory_mb: int) -> None:
     fn = getattr(importlib.import_module(module), name)
     mib = 1024 * 1024  # after the import: the bound is for the calls
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb * mib, memory_mb * mib))
+    sys.stdout.write(READY_LINE.decode())
+    sys.stdout.flush()
     for line in sys.stdin.buffer:
         arg = json.loads(line)["arg"]
         try:

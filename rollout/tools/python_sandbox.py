@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 CHILD_SCRIPT = Path(__file__).with_name("_sandbox_child.py")
 MAX_CODE_CHARS = 20_000
+PROBE_WALL_S = 60.0
 _GRACE_S = 1.0
 
 
@@ -232,8 +233,10 @@ def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
 
 
 def verify_jail(plan: JailPlan, limits: SandboxSettings) -> dict[str, Any]:
-    """Run the probe through the jail; raise SandboxUnavailableError listing every isolation missing."""
-    run, status = _spawn(plan, limits, "", child_config(limits, probe=True), with_status=True)
+    """Run the probe through the jail; raise SandboxUnavailableError listing every isolation missing.
+    It gets at least :data:`PROBE_WALL_S` (a short per-call limit must not fail the probe on a busy host)."""
+    probe_limits = limits.model_copy(update={"wall_seconds": max(limits.wall_seconds, PROBE_WALL_S)})
+    run, status = _spawn(plan, probe_limits, "", child_config(probe_limits, probe=True), with_status=True)
     if run.returncode != 0 or run.timed_out:
         raise SandboxUnavailableError(explain_bwrap_failure(run.stderr or f"exit status {run.returncode}"))
     try:

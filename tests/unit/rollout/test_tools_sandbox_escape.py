@@ -28,14 +28,16 @@ from streamgrpo.rollout.tools.config import SandboxSettings
 from streamgrpo.rollout.tools.python_sandbox import PythonSandbox
 
 CANARY = "streamgrpo-canary-" + uuid.uuid4().hex
-LIMITS = {"cpu_seconds": 2, "wall_seconds": 3.0, "memory_mb": 256, "disk_mb": 8, "max_processes": 16,
+LIMITS = {"cpu_seconds": 5, "wall_seconds": 20.0, "memory_mb": 256, "disk_mb": 8, "max_processes": 16,
           "max_open_files": 32}
+ON_TIMEOUT_WALL_S = 4.0  # the class that must overrun the wall clock gets its own, shorter one
 
 
 @dataclass(frozen=True)
 class Attack:
     code: str
     runs_to_done: bool = True  # without the hook, the attack code must reach its final print("DONE")
+    overruns_wall_clock: bool = False  # the attack ends by the wall-clock kill
 
 
 LIBC = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
@@ -116,7 +118,7 @@ ATTACKS: dict[str, Attack] = {
     "detached_child_on_timeout": Attack(
         "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         "        os.execv('/usr/bin/sleep', ['sleep', '__SLEEP__'])\n    os._exit(0)\nos.wait()\nprint('DONE', flush=True)\n"
-        "time.sleep(60)\n"),
+        "time.sleep(60)\n", overruns_wall_clock=True),
     # 15. Fork bomb.
     "fork_bomb": Attack(
         "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(30)\n            os._exit(0)\n"
@@ -283,6 +285,9 @@ def test_attack_does_not_escape(name: str, sandbox: PythonSandbox, host: dict[st
     code = ATTACKS[name].code
     for key, value in host.items():
         code = code.replace(key, value)
+    if ATTACKS[name].overruns_wall_clock:
+        sandbox = PythonSandbox(sandbox.limits.model_copy(update={"wall_seconds": ON_TIMEOUT_WALL_S}),
+                                max_output_chars=20_000)
     before = set(bait_dir.iterdir())
     result = sandbox.run({"code": code})
     text = result.as_text()
@@ -295,6 +300,8 @@ def test_attack_does_not_escape(name: str, sandbox: PythonSandbox, host: dict[st
     assert survivors == [], "a sandboxed process survived the call"
     if not sandbox.limits.audit_hook and ATTACKS[name].runs_to_done:
         assert "DONE" in result.output, f"the attack did not run to its end, so it proves nothing:\n{text}"
+    if ATTACKS[name].overruns_wall_clock and not sandbox.limits.audit_hook:  # the hook stops its fork at once
+        assert result.error == f"killed: wall-clock limit of {ON_TIMEOUT_WALL_S:g}s exceeded", text
     nxt = sandbox.run({"code": "print(6 * 7)"})
     assert nxt.error is None and nxt.output.strip() == "42"
 
