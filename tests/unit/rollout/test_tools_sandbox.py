@@ -15,7 +15,7 @@ from streamgrpo.rollout.tools.python_sandbox import PythonSandbox, run_sandboxed
 
 @pytest.fixture
 def limits() -> SandboxSettings:
-    return SandboxSettings(cpu_seconds=1, wall_seconds=5, memory_mb=256)
+    return SandboxSettings(cpu_seconds=1, wall_seconds=20, memory_mb=256)  # wall: generous on a busy host
 
 
 @pytest.fixture
