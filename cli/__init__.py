@@ -99,10 +99,13 @@ def cli(ctx: click.Context, config_path: str | None, log_level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> Any:
+    from streamgrpo.redact import install_excepthook, redact
+
+    install_excepthook()  # uncaught tracebacks are printed with registered secrets masked
     try:
         return cli.main(args=argv, prog_name="streamgrpo", standalone_mode=True)
     except StreamGRPOError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {redact(str(exc))}", err=True)
         sys.exit(2)
 
 

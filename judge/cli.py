@@ -35,7 +35,7 @@ def _routes(values: tuple[str, ...]) -> dict[str, str] | None:
 
 def _settings(config_path: str | None, overrides: dict[str, Any], llm: dict[str, Any]) -> Any:
     from streamgrpo.judge.config import JudgeSettings, LLMSettings
-    from streamgrpo.log import register_secret
+    from streamgrpo.redact import register_secrets_in
 
     settings = load(JudgeSettings, "judge", path=config_path, overrides=overrides)
     llm = {k: v for k, v in llm.items() if v is not None}
@@ -44,7 +44,7 @@ def _settings(config_path: str | None, overrides: dict[str, Any], llm: dict[str,
             settings.llm = LLMSettings.model_validate({**settings.llm.model_dump(), **llm})
         except ValueError as exc:
             raise ConfigError(f"invalid --llm-* option: {exc}") from exc
-    register_secret(settings.llm.api_key.get_secret_value())
+    register_secrets_in(settings)  # not the "EMPTY" placeholder default
     return settings
 
 

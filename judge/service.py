@@ -22,6 +22,7 @@ What is not covered: scoring order across partitions; exactly-once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -39,12 +40,18 @@ from streamgrpo.judge.decide import Reject, decide_group, decide_reward
 from streamgrpo.judge.errors import UnknownJudgeError
 from streamgrpo.judge.scorers import SCORERS, build_scorer
 from streamgrpo.judge.scorers.base import Scorer
+from streamgrpo.redact import redact, register_secrets_in
 
 if TYPE_CHECKING:
     from streamgrpo.topics.consumer import Received
 
 log = logging.getLogger(__name__)
 SERVICE = "judge"
+
+
+def _redacted(reward: R.Reward) -> R.Reward:
+    """The Reward as it may leave the process: registered secrets masked in its error text."""
+    return reward if reward.error is None else dataclasses.replace(reward, error=redact(reward.error))
 
 
 class TaskTable:
@@ -135,6 +142,7 @@ class JudgeService:
     ) -> None:
         self.kafka = kafka
         self.settings = settings or JudgeSettings()
+        register_secrets_in(self.settings)  # the LLM API key is masked in every Reward / dead letter it emits
         self.router = router or Router(self.settings)
         self.cache = cache or ScoreCache(self.settings.cache)
         self.tasks = TaskTable(self.settings.task_table_size)
@@ -223,10 +231,10 @@ class JudgeService:
         for rec, outcome in outcomes:
             self.stats.count(outcome)
             if isinstance(outcome, Reject):
-                await consumer.dead_letter(rec, outcome.reason_code, outcome.reason)
-                producer.send(outcome.reward)
+                await consumer.dead_letter(rec, outcome.reason_code, redact(outcome.reason))
+                producer.send(_redacted(outcome.reward))
             else:
-                producer.send(outcome)
+                producer.send(_redacted(outcome))
         if outcomes:
             await asyncio.to_thread(producer.flush)
 

@@ -1,7 +1,8 @@
 """Logging setup. Called only by the CLI (never at import time).
 
 Secrets never reach logs: settings hold them as ``pydantic.SecretStr`` (printed as ``**********``)
-and :class:`RedactingFilter` masks any registered secret value that slips into a message anyway.
+and :class:`RedactingFilter` masks any registered secret value (see :mod:`streamgrpo.redact`, the
+one redaction path) that slips into a message, its arguments, its traceback or its stack anyway.
 """
 
 from __future__ import annotations
@@ -9,26 +10,25 @@ from __future__ import annotations
 import logging
 import sys
 
-_SECRETS: set[str] = set()
+from streamgrpo.redact import redact, register_secret
 
+__all__ = ["RedactingFilter", "redact", "register_secret", "setup_logging"]
 
-def register_secret(value: str | None) -> None:
-    """Mask ``value`` in every log line from now on (ignored when empty or very short)."""
-    if value and len(value) >= 4:
-        _SECRETS.add(value)
-
-
-def redact(text: str) -> str:
-    for secret in _SECRETS:
-        text = text.replace(secret, "**********")
-    return text
+_FORMATTER = logging.Formatter()
 
 
 class RedactingFilter(logging.Filter):
+    """Masks registered secrets in the final text of a record (every handler after it sees that)."""
+
     def filter(self, record: logging.LogRecord) -> bool:
-        if _SECRETS:
-            record.msg = redact(record.getMessage())
-            record.args = ()
+        record.msg = redact(record.getMessage())
+        record.args = ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = _FORMATTER.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
         return True
 
 

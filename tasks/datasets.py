@@ -10,6 +10,7 @@ Kinds (a dict registry, :data:`CONVERTERS`):
 - ``generic``: ``question`` plus one of ``ground_truths`` / ``golden_answers`` (list, or a JSON
   list in a CSV cell) or ``answer`` / ``final_answer`` (one value); optional ``source``, ``id``,
   ``metadata`` (object of strings);
+- every kind: an optional ``group_size`` column (integer) is the row's own GRPO group size;
 - ``auto``: chosen from the first row's columns (``final_answer`` + ``difficulty`` -> deepmath,
   ``golden_answers`` -> nq, else generic).
 
@@ -20,7 +21,8 @@ file) when it is installed, else with pyarrow in batches; a directory means all 
 
 Bad rows never stop iteration: :func:`iter_rows` yields ``(row_number, TaskRow | RowError)`` with
 1-based row numbers, so the caller decides to stop at the first error or to skip and report.
-A file that cannot be opened at all raises :class:`DatasetError`.
+A file that cannot be opened at all raises :class:`DatasetError`; so does a CSV or JSON-array file
+that is not UTF-8 (in JSONL the offending line is a RowError).
 
 This module is part of the light producer SDK: no torch; ``datasets`` and ``pyarrow`` are imported
 lazily. Not covered: remote URLs / hub ids (download the files first), compressed JSONL.
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +53,7 @@ class TaskRow:
     ground_truths: list[str] = field(default_factory=list)
     source: str = "generic"
     metadata: dict[str, str] = field(default_factory=dict)
+    group_size: int | None = None  # the row's own GRPO group size (column ``group_size``); None: the caller's
 
 
 class DatasetError(StreamGRPOError):
@@ -86,23 +90,37 @@ def detect_format(path: Path, fmt: str | None = None) -> str:
 
 
 # -- raw records --------------------------------------------------------------------------------
+def _not_utf8(exc: UnicodeDecodeError) -> str:
+    return (f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+            "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`")
+
+
 def _jsonl(path: Path) -> Iterator[tuple[int, Record | RowError]]:
-    with path.open(encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         n = 0
-        for line in fh:
-            if not line.strip():
+        for raw in fh:
+            if not raw.strip():
                 continue
             n += 1
             try:
-                obj = json.loads(line)
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                yield n, RowError(n, "<line>", _not_utf8(exc))
+                continue
             except json.JSONDecodeError as exc:
                 yield n, RowError(n, "<line>", f"not valid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            except RecursionError:
+                yield n, RowError(n, "<line>", "JSON nested too deeply")
                 continue
             yield n, obj if isinstance(obj, dict) else RowError(n, "<line>", "must be a JSON object")
 
 
 def _json(path: Path) -> Iterator[tuple[int, Record | RowError]]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: {_not_utf8(exc)}") from exc
     if not text.lstrip().startswith("["):
         yield from _jsonl(path)
         return
@@ -110,17 +128,24 @@ def _json(path: Path) -> Iterator[tuple[int, Record | RowError]]:
         items = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    except RecursionError as exc:
+        raise DatasetError(f"{path}: JSON nested too deeply") from exc
     for n, obj in enumerate(items, start=1):
         yield n, obj if isinstance(obj, dict) else RowError(n, "<item>", "must be a JSON object")
 
 
 def _csv(path: Path) -> Iterator[tuple[int, Record | RowError]]:
     with path.open(encoding="utf-8", newline="") as fh:
-        for n, rec in enumerate(csv.DictReader(fh), start=1):
-            if None in rec:
-                yield n, RowError(n, "<line>", "has more cells than the header")
-                continue
-            yield n, {k: v for k, v in rec.items() if v not in (None, "")}
+        try:
+            for n, rec in enumerate(csv.DictReader(fh), start=1):
+                if None in rec:
+                    yield n, RowError(n, "<line>", "has more cells than the header")
+                    continue
+                yield n, {k: v for k, v in rec.items() if v not in (None, "")}
+        except UnicodeDecodeError as exc:
+            raise DatasetError(f"{path}: {_not_utf8(exc)}") from exc
+        except csv.Error as exc:
+            raise DatasetError(f"{path}: not a readable CSV file: {exc}") from exc
 
 
 def _parquet_files(path: Path) -> list[str]:
@@ -217,6 +242,21 @@ def _answer_list(n: int, name: str, value: Any) -> list[str]:
     return [_answer(n, name, v) for v in value]
 
 
+def _group_size(n: int, rec: Mapping[str, Any]) -> int | None:
+    """The row's own ``group_size`` column (an integer, or its text in a CSV cell); None when absent.
+    Its range is checked where the Task is built (topics.sdk.make_task)."""
+    value = rec.get("group_size")
+    if value is None:
+        return None
+    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]{1,18}", value.strip()):
+        value = int(value.strip())
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RowError(n, "group_size", f"must be an integer, got {value!r:.40}")
+    return value
+
+
 def _scalar(value: Any) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
@@ -231,7 +271,7 @@ def from_deepmath(n: int, rec: Mapping[str, Any]) -> TaskRow:
     for key in ("difficulty", "topic"):
         if rec.get(key) is not None:
             meta[key] = _scalar(rec[key])
-    return TaskRow(question, [_answer(n, "final_answer", rec["final_answer"])], "deepmath", meta)
+    return TaskRow(question, [_answer(n, "final_answer", rec["final_answer"])], "deepmath", meta, _group_size(n, rec))
 
 
 def from_nq(n: int, rec: Mapping[str, Any]) -> TaskRow:
@@ -242,7 +282,7 @@ def from_nq(n: int, rec: Mapping[str, Any]) -> TaskRow:
     meta = {"row": str(n)}
     if rec.get("id") is not None:
         meta["id"] = _scalar(rec["id"])
-    return TaskRow(question, _answer_list(n, "golden_answers", rec["golden_answers"]), "nq", meta)
+    return TaskRow(question, _answer_list(n, "golden_answers", rec["golden_answers"]), "nq", meta, _group_size(n, rec))
 
 
 def from_generic(n: int, rec: Mapping[str, Any]) -> TaskRow:
@@ -269,7 +309,7 @@ def from_generic(n: int, rec: Mapping[str, Any]) -> TaskRow:
     source = rec.get("source")
     if source is not None and (not isinstance(source, str) or not source.strip()):
         raise RowError(n, "source", "must be a non-empty string")
-    return TaskRow(question, truths, source or "generic", meta)
+    return TaskRow(question, truths, source or "generic", meta, _group_size(n, rec))
 
 
 CONVERTERS: dict[str, Converter] = {"deepmath": from_deepmath, "nq": from_nq, "generic": from_generic}

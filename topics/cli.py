@@ -118,8 +118,9 @@ def topics_list(ctx: click.Context, bootstrap: str | None) -> None:
 # -- submit ---------------------------------------------------------------------------------------
 @click.command()
 @click.argument("source_file", metavar="FILE")
-@click.option("--group-size", "-n", type=click.IntRange(1, 1024), default=8, show_default=True,
-              help="N: rollouts per task (the GRPO group size).")
+@click.option("--group-size", "-n", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="N: rollouts per task (the GRPO group size), 1..256, for rows without their own "
+                   "`group_size` column (a row's own value is used, and checked against the same range).")
 @click.option("--source", default=None, help="Override the tasks' source (selects the judge).")
 @click.option("--kind", type=click.Choice(["auto", "generic", "deepmath", "nq"]), default="auto", show_default=True,
               help="Row layout: DeepMath-103K (question, final_answer, difficulty, topic), Natural Questions "
@@ -127,8 +128,8 @@ def topics_list(ctx: click.Context, bootstrap: str | None) -> None:
                    "or auto-detect from the columns.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default=None,
               help="File format (default: from the extension).")
-@click.option("--skip-invalid", is_flag=True, help="Publish the good rows and write bad ones to --report "
-              "instead of failing the whole file.")
+@click.option("--skip-invalid", is_flag=True, help="Publish the good rows and write bad ones (fields, encoding, "
+              "size) to --report instead of failing the whole file.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write rejected rows as JSONL (default: FILE.rejected.jsonl with --skip-invalid).")
 @click.option("--limit", type=int, default=None, help="Publish at most this many tasks.")
@@ -138,36 +139,45 @@ def submit(ctx: click.Context, source_file: str, group_size: int, source: str | 
            skip_invalid: bool, report_path: Path | None, limit: int | None, bootstrap: str | None) -> None:
     """Publish tasks from FILE (JSONL, CSV or Parquet), or FILE=`builtin` for the built-in offline set.
 
-    Every row is validated first. A bad row fails the whole file with its row number and field
-    (nothing is published) unless --skip-invalid is given. Ends with counts of published and
-    rejected rows.
+    All or nothing: every row is first validated (fields, group size, UTF-8 text), encoded as Avro
+    and its size checked against the largest record the `tasks` topic accepts. A bad row fails the
+    whole file with its row number and reason, and nothing is published, unless --skip-invalid is
+    given. Ends with counts of published and rejected rows.
     """
+    from streamgrpo.tasks.datasets import DatasetError
     from streamgrpo.topics.producer import EventProducer
-    from streamgrpo.topics.sdk import publish_rows
+    from streamgrpo.topics.sdk import prepare_rows, send_prepared
 
-    rows = _rows(source_file, fmt, kind)
     kafka = _kafka(ctx, bootstrap)
     with EventProducer(kafka, "submit") as producer:
-        bar = _progress(limit)
-        report = publish_rows(rows, producer, group_size=group_size, source=source, skip_invalid=skip_invalid,
-                              limit=limit, progress=bar)
+        try:
+            ready, rejected = prepare_rows(_rows(source_file, fmt, kind), producer, group_size=group_size,
+                                           source=source, limit=limit)
+        except DatasetError as exc:  # the file itself is unreadable (not UTF-8, broken CSV, bad Parquet)
+            raise click.ClickException(f"{exc}; nothing was published") from exc
+        if rejected and not skip_invalid:
+            _fail_invalid(source_file, rejected)
+        report = send_prepared(ready, producer, progress=_progress(len(ready)))
+    report.rejected = rejected
     if report.published:
         click.echo("", err=True)
-    if report.rejected and not skip_invalid:
-        shown = "\n".join(f"  row {n}: {reason}" for n, reason in report.rejected[:20])
-        more = f"\n  ... and {len(report.rejected) - 20} more" if len(report.rejected) > 20 else ""
-        raise click.ClickException(
-            f"{len(report.rejected)} invalid row(s) in {source_file}; nothing was published:\n{shown}{more}\n"
-            "Fix them, or pass --skip-invalid to publish the valid rows and write the rest to a report."
-        )
     if report.rejected:
         out = report_path or Path(f"{source_file}.rejected.jsonl")
-        with out.open("w") as fh:
+        with out.open("w", encoding="utf-8") as fh:
             for n, reason in report.rejected:
                 fh.write(json.dumps({"row": n, "reason": reason}) + "\n")
         click.echo(f"rejected rows written to {out}")
     click.echo(f"published {report.published} task(s), rejected {len(report.rejected)} row(s) "
-               f"(group size {group_size}, topic {kafka.topic_prefix}tasks)")
+               f"(default group size {group_size}, topic {kafka.topic_prefix}tasks)")
+
+
+def _fail_invalid(source_file: str, rejected: list[tuple[int, str]]) -> None:
+    shown = "\n".join(f"  row {n}: {reason}" for n, reason in rejected[:20])
+    more = f"\n  ... and {len(rejected) - 20} more" if len(rejected) > 20 else ""
+    raise click.ClickException(
+        f"{len(rejected)} invalid row(s) in {source_file}; nothing was published:\n{shown}{more}\n"
+        "Fix them, or pass --skip-invalid to publish the valid rows and write the rest to a report."
+    )
 
 
 def _rows(source_file: str, fmt: str | None, kind: str) -> Any:

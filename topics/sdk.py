@@ -9,23 +9,44 @@
 Installing this needs only the core dependencies (fastavro, confluent-kafka, aiokafka, pydantic):
 ``streamgrpo.topics`` and ``streamgrpo.avro`` never import torch, transformers, vllm or faust.
 
-:func:`publish_rows` is what ``streamgrpo submit`` uses for files: it validates every row first
-and, unless ``skip_invalid`` is set, publishes nothing when any row is bad, so a file is never
-half published silently.
+:func:`publish_rows` is what ``streamgrpo submit`` uses for files. All or nothing: EVERY row is
+first built into a Task (fields, ``group_size`` in 1..:data:`MAX_GROUP_SIZE`, UTF-8 text: no lone
+surrogates), encoded with the producer's Avro codec, and its record size checked against the
+largest record the topic accepts (:func:`topic_max_message_bytes`); only then is anything sent.
+A bad row is reported with its 1-based row number; without ``skip_invalid`` nothing is published,
+with it the bad rows are left out and reported. A row's own ``group_size`` is honoured (the
+caller's value is the default for rows without one).
+
+What is NOT covered: a broker that fails in the middle of sending (no transactions: the records
+acknowledged before the failure stay published, and :class:`ProduceError` says how many were not).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from streamgrpo.avro.codec import Codec
+from streamgrpo.avro.errors import EncodeError
 from streamgrpo.avro.records import Envelope, Task
 from streamgrpo.config import KafkaSettings
+from streamgrpo.topics.catalog import topic_for
+from streamgrpo.topics.clients import client_config, topic_name
 from streamgrpo.topics.producer import EventProducer
 
-MAX_GROUP_SIZE = 1024
+log = logging.getLogger(__name__)
+
+#: Largest GRPO group a Task may ask for (submit, the SDK; the fan-out builds this many requests).
+MAX_GROUP_SIZE = 256
+#: Kafka's default max.message.bytes (topic) / message.max.bytes (broker).
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+#: librdkafka's default message.max.bytes, which EventProducer keeps: the client refuses larger records.
+PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
+#: Room left for the record batch and record headers around key + value.
+RECORD_OVERHEAD_BYTES = 512
 
 
 class TaskLike(Protocol):
@@ -54,12 +75,18 @@ def make_task(
         raise TaskValidationError("question: must be a non-empty string")
     if not source:
         raise TaskValidationError("source: must be a non-empty string")
-    if not 1 <= group_size <= MAX_GROUP_SIZE:
-        raise TaskValidationError(f"group_size: must be between 1 and {MAX_GROUP_SIZE}, got {group_size}")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or not 1 <= group_size <= MAX_GROUP_SIZE:
+        raise TaskValidationError(f"group_size: must be an integer from 1 to {MAX_GROUP_SIZE}, got {group_size!r:.40}")
     truths = [str(t) for t in ground_truths]
     if any(not t.strip() for t in truths):
         raise TaskValidationError("ground_truths: answers must be non-empty strings")
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    _check_utf8("question", question)
+    _check_utf8("source", source)
+    for t in truths:
+        _check_utf8("ground_truths", t)
+    for k, v in meta.items():
+        _check_utf8(f"metadata[{k!r:.40}]", k + v)
     tid = task_id or str(uuid.uuid4())
     return Task(
         envelope=Envelope.new(service, task_id=tid),
@@ -69,6 +96,37 @@ def make_task(
         ground_truths=truths,
         metadata=meta,
     )
+
+
+def _check_utf8(name: str, text: str) -> None:
+    """Avro strings are UTF-8: a lone surrogate (e.g. from a JSON ``"\\ud800"`` escape) cannot be sent."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TaskValidationError(
+            f"{name}: contains {text[exc.start]!r} at position {exc.start}, a lone UTF-16 surrogate that UTF-8 "
+            "cannot encode (fix the escape in the file)") from exc
+
+
+def topic_max_message_bytes(kafka: KafkaSettings, topic: str = "tasks", timeout_s: float = 5.0) -> int:
+    """The largest record (key + value + overhead) ``topic`` accepts from our producer: the topic's
+    ``max.message.bytes`` when the broker reports it (Apache Kafka does; the embedded broker reports
+    none, then Kafka's default applies, so a file that passes here passes on a default cluster),
+    capped by the producer's own ``message.max.bytes``."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    broker_limit = KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+    try:
+        admin = AdminClient(client_config(kafka))
+        resource = ConfigResource(ResourceType.TOPIC, topic_name(kafka, topic))
+        configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+        entry = configs.get("max.message.bytes")
+        if entry is not None and entry.value:
+            broker_limit = int(entry.value)
+    except (KafkaException, TimeoutError, ValueError) as exc:
+        log.info("max.message.bytes of %s not available (%s); using Kafka's default %d", topic, exc, broker_limit)
+    return min(broker_limit, PRODUCER_MAX_MESSAGE_BYTES)
 
 
 class TaskProducer:
@@ -119,6 +177,66 @@ class SubmitReport:
     task_ids: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class EncodedTask:
+    """A validated row, ready to send: its physical topic, key and Avro bytes."""
+
+    row: int
+    task_id: str
+    topic: str
+    key: str | None
+    value: bytes
+
+
+def _row_reason(row: TaskLike | Exception) -> str:
+    """A rejected row's reason without its row number (the report carries the number)."""
+    field_name, problem = getattr(row, "field", None), getattr(row, "problem", None)
+    return f"field {field_name!r}: {problem}" if field_name and problem else str(row)
+
+
+def encode_row(number: int, row: TaskLike, codec: Codec, kafka: KafkaSettings, *, group_size: int,
+               source: str | None, max_bytes: int) -> EncodedTask:
+    """One row as the record ``publish_rows`` would send; TaskValidationError says why it cannot be."""
+    own = getattr(row, "group_size", None)
+    task = make_task(row.question, source=source or row.source, group_size=group_size if own is None else own,
+                     ground_truths=row.ground_truths, metadata=row.metadata)
+    spec = topic_for(task)
+    physical = topic_name(kafka, spec.name)
+    try:
+        value = codec.encode(task, physical)
+    except EncodeError as exc:
+        raise TaskValidationError(f"cannot be encoded as Avro: {exc}") from exc
+    key = spec.key_of(task)
+    size = len(value) + len(key.encode("utf-8") if key else b"") + RECORD_OVERHEAD_BYTES
+    if size > max_bytes:
+        raise TaskValidationError(
+            f"the record would be {size:,} bytes; topic {physical} accepts at most {max_bytes:,} "
+            "(shorten the question, answers or metadata)")
+    return EncodedTask(number, task.envelope.task_id or "", physical, key, value)
+
+
+def prepare_rows(
+    rows: Iterable[tuple[int, TaskLike | Exception]], producer: EventProducer, *, group_size: int,
+    source: str | None = None, limit: int | None = None, max_message_bytes: int | None = None,
+) -> tuple[list[EncodedTask], list[tuple[int, str]]]:
+    """Validate, encode and size-check every row (up to ``limit`` good ones); nothing is sent."""
+    max_bytes = max_message_bytes or topic_max_message_bytes(producer.kafka)
+    ready: list[EncodedTask] = []
+    rejected: list[tuple[int, str]] = []
+    for number, row in rows:
+        if limit is not None and len(ready) >= limit:
+            break
+        if isinstance(row, Exception):
+            rejected.append((number, _row_reason(row)))
+            continue
+        try:
+            ready.append(encode_row(number, row, producer.codec, producer.kafka, group_size=group_size,
+                                    source=source, max_bytes=max_bytes))
+        except TaskValidationError as exc:
+            rejected.append((number, str(exc)))
+    return ready, rejected
+
+
 def publish_rows(
     rows: Iterable[tuple[int, TaskLike | Exception]],
     producer: EventProducer,
@@ -128,31 +246,31 @@ def publish_rows(
     skip_invalid: bool = False,
     limit: int | None = None,
     progress: Callable[[int], None] | None = None,
+    max_message_bytes: int | None = None,
 ) -> SubmitReport:
-    """Validate every row, then publish. Rows are ``(row_number, TaskLike | error)`` pairs.
+    """Prepare every row (:func:`prepare_rows`), then publish. Rows are ``(row_number, TaskLike | error)``.
 
-    Without ``skip_invalid`` a single bad row aborts the whole file before anything is sent
-    (the report lists the bad rows; the caller turns that into an error).
+    Without ``skip_invalid`` a single bad row aborts the whole file before anything is sent (the
+    report lists the bad rows; the caller turns that into an error). ``group_size`` is the default
+    for rows without their own. ``max_message_bytes`` defaults to :func:`topic_max_message_bytes`.
     """
+    ready, rejected = prepare_rows(rows, producer, group_size=group_size, source=source, limit=limit,
+                                   max_message_bytes=max_message_bytes)
+    if rejected and not skip_invalid:
+        return SubmitReport(rejected=rejected)
+    report = send_prepared(ready, producer, progress=progress)
+    report.rejected = rejected
+    return report
+
+
+def send_prepared(ready: Iterable[EncodedTask], producer: EventProducer, *,
+                  progress: Callable[[int], None] | None = None) -> SubmitReport:
+    """Send prepared records and wait for every acknowledgement (ProduceError lists failures)."""
     report = SubmitReport()
-    tasks: list[Task] = []
-    for number, row in rows:
-        if limit is not None and len(tasks) >= limit:
-            break
-        if isinstance(row, Exception):
-            report.rejected.append((number, str(row)))
-            continue
-        try:
-            tasks.append(make_task(row.question, source=source or row.source, group_size=group_size,
-                                   ground_truths=row.ground_truths, metadata=row.metadata))
-        except TaskValidationError as exc:
-            report.rejected.append((number, str(exc)))
-    if report.rejected and not skip_invalid:
-        return report
-    for task in tasks:
-        producer.send(task)
+    for item in ready:
+        producer.send_raw(item.topic, item.value, item.key)
         report.published += 1
-        report.task_ids.append(task.envelope.task_id or "")
+        report.task_ids.append(item.task_id)
         if progress is not None:
             progress(report.published)
     producer.flush()

@@ -25,6 +25,7 @@ from streamgrpo.judge.scorers.math import MathScorer
 from streamgrpo.judge.scorers.mathparse import is_math_truth
 from streamgrpo.judge.scorers.qa import QAScorer
 from streamgrpo.judge.scorers.verdict import parse_verdict
+from streamgrpo.redact import redact, register_secrets_in
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,9 @@ class ProgrammaticFallback:
         """The fallback Score, recorded as such; ScoringError without ground truths."""
         kind = "parse" if isinstance(error, VerdictParseError) else "call"
         if not candidate.ground_truths:
-            raise ScoringError(
+            raise ScoringError(redact(  # becomes Reward.error / DeadLetter.reason: no echoed API key
                 f"{judge_name} judge failed ({kind}: {error}) and the programmatic fallback needs a ground truth"
-            ) from error
+            )) from error
         inner = self.pick(candidate).score(candidate)
         components = [(f"fallback:{inner.judge_name}", inner.score, 1.0), (f"llm_error:{kind}", 1.0, 0.0)]
         components += [(f"fallback/{n}", v, 0.0) for n, v, _ in inner.components]
@@ -88,6 +89,7 @@ class LLMScorer(SingleScorer):
         endpoint: ChatEndpoint | None = None,
     ) -> None:
         self.settings = settings or LLMSettings()
+        register_secrets_in(self.settings)  # an endpoint may echo the key in its errors
         self.endpoint = endpoint or ChatEndpoint(self.settings)
         self.fallback = ProgrammaticFallback(self.settings.fallback, math_settings, qa_settings)
         self.rubric_hash = rubric_hash(
@@ -105,7 +107,7 @@ class LLMScorer(SingleScorer):
         try:
             verdict = parse_verdict(self.endpoint.complete(self.messages(candidate)))
         except (JudgeCallError, VerdictParseError) as exc:
-            log.warning("llm judge failed, using the programmatic fallback: %s", exc)
+            log.warning("llm judge failed, using the programmatic fallback: %s", redact(str(exc)))
             return self.fallback.score(candidate, self.name, self.rubric_hash, exc)
         log.debug("llm verdict correct=%s score=%.3f: %s", verdict.correct, verdict.score, verdict.explanation)
         components = (

@@ -1,42 +1,40 @@
-"""Bootstrap of the Python sandbox child process (run as a script by ``python -I``; stdlib only).
+"""Bootstrap of the python sandbox child (stdlib only; any Python >= 3.8).
 
-It runs BEFORE the untrusted code, in the fresh child interpreter, in this order:
+It runs as ``python -I -B /sandbox/bootstrap.py key=value,...`` INSIDE the bubblewrap jail (see
+:mod:`streamgrpo.rollout.tools.jail`), already as an unprivileged uid, before the untrusted code:
 
-1. read its JSON configuration (argv[1]);
-2. set the kernel resource limits (CPU, address space, file size, open files, processes, no core);
-3. try to move into a new, empty network namespace (``unshare(CLONE_NEWNET)``; needs
-   CAP_SYS_ADMIN, silently skipped when not permitted);
-4. optionally drop to an unprivileged uid/gid (when configured and running as root);
-5. install an audit hook (PEP 578) that denies process creation, sockets, ctypes/cffi, signals to
-   other processes, rlimit changes, reads outside the working directory and the Python installation,
-   and writes outside the working directory;
-6. compile and run ``main.py`` from the working directory as ``__main__``.
-
-Done here rather than in ``preexec_fn`` because ``preexec_fn`` is unsafe in a threaded parent
-(the rollout worker runs Kafka and model threads). The audit hook is a guard rail against
-accidents and naive code, NOT a security boundary: C extensions (and anything that reaches raw
-syscalls) bypass it. See :mod:`streamgrpo.rollout.tools.python_sandbox` for the full statement.
+1. read its configuration (:func:`parse_config`; not JSON: importing ``json`` costs ~20 ms per call)
+   and refuse to continue as uid 0 (exit 121): the jail must have dropped privileges;
+2. probe mode (``{"probe": true}``): report what the jail applied (uid, groups, no-new-privs,
+   seccomp mode, capabilities, network interfaces, whether a user namespace can be created, whether
+   ``/`` is writable, whether /proc is visible) as one JSON line, and exit;
+3. set the kernel resource limits (CPU, address space, file size, open files, processes, no core);
+4. write the ready marker to stderr (the parent tells a jail failure from the program's by it);
+5. unless disabled, install the audit hook (PEP 578): defence in depth only, the jail is the
+   boundary. Its policy is captured in closures when it is built (rewriting this module's globals
+   from the sandboxed code changes nothing) and it also denies the ``gc`` calls that reach other
+   objects' references;
+6. run ``/sandbox/main.py`` as a fresh ``__main__`` module (``import __main__`` finds the program,
+   not this bootstrap).
 """
 
-import json
 import os
 import resource
 import sys
-import sysconfig
-import traceback
 import types
 
-CLONE_NEWNET = 0x40000000
+READY = b"\x00sandbox-ready\x00"
+EXIT_UNSAFE = 121
 DENY_EXACT = frozenset({
     "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile",
     "subprocess.Popen", "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill",
     "resource.setrlimit", "resource.prlimit", "sys.remote_exec", "webbrowser.open", "urllib.Request",
-    "os.chroot", "os.setns", "os.unshare",
+    "os.chroot", "os.setns", "os.unshare", "gc.get_referrers", "gc.get_referents", "gc.get_objects",
 })
+PROCESS_EVENTS = frozenset({"os.fork", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
+                            "os.forkpty"})
 DENY_PREFIXES = ("socket.", "cffi.")
-# ctypes may be imported (numpy and sympy need its types) but not used to reach native code:
-# symbol lookup, calls through function pointers and raw memory access are denied; so is loading any
-# library other than the process itself (``dlopen(NULL)``, done by ``import ctypes``).
+# ctypes may be imported (numpy and sympy need its types) but not used to reach native code.
 DENY_CTYPES = frozenset({
     "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function", "ctypes.cdata", "ctypes.cdata/buffer",
     "ctypes.string_at", "ctypes.wstring_at", "ctypes.PyObj_FromPtr", "ctypes.addressof",
@@ -50,6 +48,20 @@ WRITE_EVENTS = frozenset({
 })
 LIST_EVENTS = frozenset({"os.listdir", "os.scandir", "os.listxattr", "glob.glob", "glob.glob/2"})
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def format_config(cfg):
+    """``{"a": 1, "b": True}`` -> ``"a=1,b=1"`` (values: str without ',' or '=', int, bool)."""
+    return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in cfg.items())
+
+
+def parse_config(text):
+    """The inverse of :func:`format_config`; digit strings come back as ints."""
+    cfg = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        cfg[key] = int(value) if value.isdigit() else value
+    return cfg
 
 
 def set_limits(cfg):
@@ -68,28 +80,50 @@ def set_limits(cfg):
         resource.setrlimit(which, value)
 
 
-def try_unshare_network():
-    """Best effort: an empty network namespace (no interfaces, not even loopback up)."""
+def _capabilities(libc, ctypes):
+    """Effective | permitted | inheritable | bounding | ambient capability bits (0 = none at all)."""
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        return -1
+    bits = 0
+    for i, word in enumerate(data):
+        bits |= (word.effective | word.permitted | word.inheritable) << (32 * i)
+    for cap in range(64):
+        if libc.prctl(23, cap, 0, 0, 0) == 1:  # PR_CAPBSET_READ
+            bits |= 1 << cap
+        if libc.prctl(47, 1, cap, 0, 0) == 1:  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET
+            bits |= 1 << cap
+    return bits
+
+
+def probe():
+    """What the jail applied, seen from inside (checked by the parent; see jail.check_probe)."""
+    import ctypes  # noqa: PLC0415 - probe mode only, never with untrusted code
+    import json  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    libc = ctypes.CDLL(None, use_errno=True)
     try:
-        import ctypes  # noqa: PLC0415 - only here, before the hook; removed from sys.modules below
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        ok = libc.unshare(CLONE_NEWNET) == 0
-    except (OSError, AttributeError):
-        ok = False
-    for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
-        del sys.modules[name]
-    return ok
-
-
-def drop_privileges(uid):
-    """Become ``uid`` (also as gid, no supplementary groups) when running as root."""
-    if uid is None or os.geteuid() != 0:
-        return False
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-    return True
+        with open("/probe-write", "w"):
+            root_writable = True
+    except OSError:
+        root_writable = False
+    return json.dumps({
+        "uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "groups": sorted(set(os.getgroups()) - {os.getgid()}),
+        "no_new_privs": libc.prctl(39, 0, 0, 0, 0),  # PR_GET_NO_NEW_PRIVS
+        "seccomp_mode": libc.prctl(21, 0, 0, 0, 0),  # PR_GET_SECCOMP: 2 = filter
+        "capabilities": _capabilities(libc, ctypes),
+        "interfaces": sorted(name for _, name in socket.if_nameindex()),
+        "new_userns_blocked": libc.unshare(0x10000000) != 0,  # CLONE_NEWUSER
+        "root_writable": root_writable, "proc_visible": os.path.exists("/proc/self"),
+        "python": sys.version.split()[0],
+    })
 
 
 def _resolve(path, dir_fd_possible):
@@ -101,76 +135,77 @@ def _resolve(path, dir_fd_possible):
     return os.path.realpath(path)
 
 
-def _inside(path, root):
-    return path == root or path.startswith(root + os.sep)
-
-
 def make_hook(workdir, read_roots):
-    """The audit hook; closes over immutable values only."""
-    workdir = os.path.realpath(workdir)
-    read_roots = tuple(sorted({os.path.realpath(r) for r in read_roots if r}))
+    """The audit hook. Every name it uses is bound here, in its closure, when it is built."""
+    deny_exact, process_events, deny_prefixes = DENY_EXACT, PROCESS_EVENTS, DENY_PREFIXES
+    deny_ctypes, deny_imports, write_events, list_events = DENY_CTYPES, DENY_IMPORTS, WRITE_EVENTS, LIST_EVENTS
+    write_flags, realpath, fsdecode, fspath, sep, resolve = _WRITE_FLAGS, os.path.realpath, os.fsdecode, os.fspath, os.sep, _resolve
+    workdir = realpath(workdir)
+    read_roots = tuple(sorted({realpath(r) for r in read_roots if r}))
     read_files = frozenset({"/dev/null", "/dev/urandom", "/dev/random", "/dev/zero"})
 
+    def inside(path, root):
+        return path == root or path.startswith(root + sep)
+
     def deny(what):
-        raise PermissionError(f"[sandbox] {what} is not allowed in the python sandbox")
+        raise PermissionError("[sandbox] " + what + " is not allowed in the python sandbox")
 
     def check_read(path):
-        if path in read_files or _inside(path, workdir) or any(_inside(path, r) for r in read_roots):
+        if path in read_files or inside(path, workdir) or any(inside(path, r) for r in read_roots):
             return
-        deny(f"reading {path} (outside the working directory)")
+        deny("reading " + path + " (outside the working directory)")
 
     def check_write(path):
-        if not _inside(path, workdir):
-            deny(f"writing {path} (outside the working directory)")
+        if not inside(path, workdir):
+            deny("writing " + path + " (outside the working directory)")
+
+    def check_paths(args, check):
+        for a in args:
+            if isinstance(a, (str, bytes)) or hasattr(a, "__fspath__"):
+                check(realpath(fsdecode(fspath(a))))
 
     def hook(event, args):
-        if event in DENY_EXACT or event.startswith(DENY_PREFIXES):
-            label = "process creation" if event in ("os.fork", "os.system", "os.exec", "os.posix_spawn",
-                                                    "os.spawn", "subprocess.Popen", "os.forkpty") else event
-            deny(f"{label} ({event})" if label != event else event)
-        if event in DENY_CTYPES or event == "ctypes.dlopen" and args[0] is not None:
-            deny(f"native code access through ctypes ({event})")
-        if event == "import" and args[0] in DENY_IMPORTS:
-            deny(f"importing {args[0]} (process creation, network and native calls are blocked)")
+        if event in deny_exact or event.startswith(deny_prefixes):
+            deny("process creation (" + event + ")" if event in process_events else event)
+        if event in deny_ctypes or event == "ctypes.dlopen" and args[0] is not None:
+            deny("native code access through ctypes (" + event + ")")
+        if event == "import" and args[0] in deny_imports:
+            deny("importing " + args[0] + " (process creation, network and native calls are blocked)")
         if event == "object.__setattr__" and len(args) > 1 and any(args[0] is g for g in guarded):
-            deny(f"replacing {args[1]}")
+            deny("replacing " + str(args[1]))
         if event == "open":
             path, mode, flags = args
-            resolved = _resolve(path, mode is None)
+            resolved = resolve(path, mode is None)
             if resolved is None:
                 return
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                mode is None and bool(flags & _WRITE_FLAGS))
+                mode is None and bool(flags & write_flags))
             if resolved == "relative":
-                if writing or ".." in os.fsdecode(os.fspath(path)).split(os.sep):
+                if writing or ".." in fsdecode(fspath(path)).split(sep):
                     deny("os.open with a relative path (use an absolute path or open())")
                 return
             (check_write if writing else check_read)(resolved)
-        elif event in WRITE_EVENTS:
-            for a in args:
-                if isinstance(a, (str, bytes)) or hasattr(a, "__fspath__"):
-                    check_write(os.path.realpath(os.fsdecode(os.fspath(a))))
-        elif event in LIST_EVENTS:
-            target = args[0] if args else "."
-            if isinstance(target, (str, bytes)) or hasattr(target, "__fspath__"):
-                check_read(os.path.realpath(os.fsdecode(os.fspath(target or "."))))
+        elif event in write_events:
+            check_paths(args, check_write)
+        elif event in list_events:
+            check_paths(args[:1] or (".",), check_read)
         elif event == "sqlite3.connect" and args and args[0] != ":memory:":
-            check_write(os.path.realpath(os.fsdecode(os.fspath(args[0]))))
+            check_paths(args[:1], check_write)
 
-    guarded = (hook, deny, check_read, check_write, _inside, _resolve, os.path.realpath)
+    guarded = (hook, deny, check_read, check_write, check_paths, inside, resolve, realpath)
     return hook
 
 
 def python_read_roots():
-    """Directories the interpreter needs to import the standard library and installed packages."""
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        roots.add(sysconfig.get_paths().get(key, ""))
-    return roots
+    """Directories the interpreter needs to import the standard library and installed packages
+    (sys.path holds the stdlib, lib-dynload and site directories after ``site`` ran)."""
+    return {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path}
 
 
 def _excepthook(exc_type, exc, tb):
     # Hide the bootstrap's own frames (main, the audit hook): the agent only needs its code's traceback.
+    import traceback  # noqa: PLC0415 - only when the program fails (keeps every call's start fast)
+
     frames = [f for f in traceback.extract_tb(tb) if f.filename != __file__]
     text = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(exc_type, exc))
     sys.stderr.write("Traceback (most recent call last):\n" + text)
@@ -189,25 +224,33 @@ def stub_posixsubprocess():
 
 
 def main():
-    cfg = json.loads(sys.argv[1])
-    workdir = cfg["workdir"]
+    cfg = parse_config(sys.argv[1])
+    if os.getuid() == 0 or os.geteuid() == 0:
+        sys.stderr.write("[sandbox] refusing to run as uid 0: the jail did not drop privileges\n")
+        sys.exit(EXIT_UNSAFE)
+    if cfg.get("probe"):
+        print(probe())
+        return
     set_limits(cfg)
-    if cfg.get("isolate_network", True):
-        try_unshare_network()
-    drop_privileges(cfg.get("run_as_uid"))
+    workdir = cfg["workdir"]
     os.chdir(workdir)
     sys.stdout.reconfigure(encoding="utf-8", errors="replace")
     sys.stderr.reconfigure(encoding="utf-8", errors="replace")
+    sys.stderr.buffer.write(READY)
+    sys.stderr.flush()
     sys.excepthook = _excepthook
-    with open(os.path.join(workdir, "main.py"), encoding="utf-8") as fh:
+    with open(cfg["code_path"], encoding="utf-8") as fh:
         source = fh.read()
     code = compile(source, "main.py", "exec")
     sys.argv = ["main.py"]
-    sys.path[:] = [p for p in sys.path if p and not _inside(os.path.realpath(p), os.path.realpath(workdir))]
-    stub_posixsubprocess()
-    sys.addaudithook(make_hook(workdir, python_read_roots()))
-    namespace = {"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__}
-    exec(code, namespace)  # noqa: S102 - the point of this process; it is the sandboxed child
+    sys.path[:] = [p for p in sys.path if p and os.path.dirname(os.path.realpath(__file__)) != os.path.realpath(p)]
+    if cfg.get("audit_hook", True):
+        stub_posixsubprocess()
+        sys.addaudithook(make_hook(workdir, python_read_roots()))
+    module = types.ModuleType("__main__")
+    module.__file__ = "main.py"
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)  # noqa: S102 - the point of this process; it is the sandboxed child
 
 
 if __name__ == "__main__":

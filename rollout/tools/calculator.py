@@ -6,10 +6,18 @@ asin, acos, atan, abs, round, floor, ceil, factorial, min, max, hypot). ``^`` is
 (what people and small models mean), and ``,`` thousands separators are NOT accepted (they would be
 ambiguous with function arguments).
 
-CPU/memory bombs are refused before they are computed: an expression longer than
-:data:`MAX_EXPR_CHARS` or deeper than :data:`MAX_DEPTH`, a power whose result would have more than
-:data:`MAX_RESULT_DIGITS` digits (``9**9**9``), a product of integers that would, a factorial above
-:data:`MAX_FACTORIAL`.
+Bounds, two layers:
+
+- sizes: CPU/memory bombs are refused (or computed exactly a cheaper way) before they run: an
+  expression longer than :data:`MAX_EXPR_CHARS` or deeper than :data:`MAX_DEPTH`, a power whose
+  result would have more than :data:`MAX_RESULT_DIGITS` digits (``9**9**9``), a product of integers
+  that would, a factorial above :data:`MAX_FACTORIAL`; ``round(x, n)`` with ``n`` far below ``x``'s
+  digit count is computed with the smallest ``n`` that gives the same result (``round(1, -10**18)``
+  is 0 without computing ``10**(10**18)``);
+- wall clock and memory: :class:`Calculator` evaluates in a helper process
+  (:class:`~streamgrpo.rollout.tools.bounded.BoundedCall`) killed after ``wall_seconds``
+  (default :data:`WALL_SECONDS`), with an address-space limit of ``memory_mb``, so an operation these
+  rules missed ends the call with an error instead of hanging the worker.
 
 Not covered: variables, assignment, comparisons, complex numbers, symbolic maths (use the python
 tool with sympy for those).
@@ -23,12 +31,15 @@ from collections.abc import Callable
 from typing import Any
 
 from streamgrpo.rollout.tools.base import Param, Tool, ToolExample, ToolSpec
+from streamgrpo.rollout.tools.bounded import BoundedCall
 from streamgrpo.rollout.tools.errors import ToolInputError
 
 MAX_EXPR_CHARS = 500
 MAX_DEPTH = 40
 MAX_RESULT_DIGITS = 1000
 MAX_FACTORIAL = 400
+WALL_SECONDS = 2.0
+MEMORY_MB = 512
 _LOG10_2 = math.log10(2)
 
 Number = int | float
@@ -47,7 +58,11 @@ def _factorial(n: Number) -> int:
 def _round(x: Number, ndigits: Number | None = None) -> Number:
     if ndigits is None:
         return round(x)
-    return round(x, int(ndigits))
+    if isinstance(ndigits, float) and not ndigits.is_integer():
+        raise ToolInputError(f"round needs an integer number of digits, got {ndigits}")
+    # int.__round__(n) computes 10**-n: for n below -(digits of x + 1) the result is 0 either way.
+    n = max(int(ndigits), -int(_digits(x)) - 2)
+    return round(x, min(n, 400))  # above ~325 digits a float (and any int) is unchanged
 
 
 FUNCTIONS: dict[str, Callable[..., Number]] = {
@@ -154,8 +169,14 @@ def evaluate(expression: str) -> Number:
         raise ToolInputError(f"math error: {exc}") from exc
 
 
+def calculate(expression: str) -> str:
+    """The calculator's answer as text (what the helper process runs)."""
+    return format_number(evaluate(expression))
+
+
 class Calculator(Tool):
-    """Arithmetic tool: ``{"expression": "347 * 29"}`` -> ``"10063"``."""
+    """Arithmetic tool: ``{"expression": "347 * 29"}`` -> ``"10063"``, evaluated in a helper process
+    with a wall-clock and memory bound (see the module docstring)."""
 
     spec = ToolSpec(
         name="calculator",
@@ -169,5 +190,13 @@ class Calculator(Tool):
         ),
     )
 
+    def __init__(self, *, max_output_chars: int = 2000, wall_seconds: float = WALL_SECONDS,
+                 memory_mb: int = MEMORY_MB) -> None:
+        super().__init__(max_output_chars=max_output_chars)
+        self.bounded = BoundedCall(f"{__name__}:calculate", wall_seconds=wall_seconds, memory_mb=memory_mb)
+
     def _call(self, args: dict[str, Any]) -> str:
-        return format_number(evaluate(args["expression"]))
+        expression = args["expression"]
+        if len(expression.strip()) > MAX_EXPR_CHARS:  # refused without a round trip
+            raise ToolInputError(f"expression longer than {MAX_EXPR_CHARS} characters")
+        return self.bounded(expression)

@@ -27,25 +27,39 @@ from streamgrpo.config import StrictModel
 
 
 class SandboxSettings(StrictModel):
-    """Limits of the python sandbox child process (see python_sandbox.py for what they cover)."""
+    """The python sandbox: its jail and limits (see rollout/tools/jail.py and python_sandbox.py for what they cover)."""
 
     cpu_seconds: int = Field(default=5, ge=1, le=600, description="RLIMIT_CPU: CPU seconds before SIGXCPU (SIGKILL 1 s later).")
-    wall_seconds: float = Field(default=10.0, gt=0, le=900, description="Wall-clock limit; the whole process group is killed.")
+    wall_seconds: float = Field(default=10.0, gt=0, le=900, description="Wall-clock limit; the jail and every process in it are killed.")
     memory_mb: int = Field(default=512, ge=64, le=65536, description="RLIMIT_AS: address-space limit in MiB.")
     file_size_mb: int = Field(default=16, ge=1, le=4096, description="RLIMIT_FSIZE: largest file the code may write, MiB.")
     max_open_files: int = Field(default=64, ge=16, le=4096, description="RLIMIT_NOFILE: open file descriptors.")
     max_processes: int = Field(
-        default=16, ge=1, le=4096,
-        description="RLIMIT_NPROC (only enforced for a non-root uid; process creation is also blocked by the audit hook).",
+        default=16, ge=2, le=4096,
+        description="RLIMIT_NPROC: processes and threads of the sandbox uid inside its own user namespace "
+        "(bwrap's init counts as one).",
     )
     capture_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024, description="Bytes of stdout/stderr kept each; the rest is drained and dropped.")
-    isolate_network: bool = Field(default=True, description="Try unshare(CLONE_NEWNET) in the child (skipped silently when not permitted).")
-    run_as_uid: int | None = Field(
-        default=None, ge=1,
-        description="When running as root, drop the child to this uid/gid (e.g. 65534). Only set it where the Python "
-        "installation is readable by that uid.",
+    disk_mb: int = Field(
+        default=64, ge=1, le=16384,
+        description="Total disk quota: size of the tmpfs mounted at /tmp, the only writable place in the jail.",
     )
-    tmp_root: Path | None = Field(default=None, description="Where per-call working directories are created (default: system temp).")
+    run_as_uid: int = Field(
+        default=65534, ge=1,
+        description="uid and gid the sandbox runs as when the worker runs as root (a non-root worker's sandbox runs "
+        "as the worker's own uid). Never 0.",
+    )
+    python: Path | None = Field(
+        default=None,
+        description="Interpreter run inside the jail (its installation is bound read-only). Unset: the worker's own "
+        "when the sandbox uid can read it, else /usr/bin/python3.",
+    )
+    bwrap: str = Field(default="bwrap", description="The bubblewrap binary (a name on PATH or a path).")
+    audit_hook: bool = Field(
+        default=True,
+        description="Also install the in-process audit hook (defence in depth; the jail is the boundary, and the "
+        "escape suite runs with this off to prove it).",
+    )
 
 
 class KnowledgeSettings(StrictModel):

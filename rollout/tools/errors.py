@@ -21,3 +21,8 @@ class ToolInputError(ToolError):
 
 class ToolConfigError(ToolError):
     """A tool cannot be built from the settings (unknown name, missing dependency, bad corpus file)."""
+
+
+class SandboxUnavailableError(ToolConfigError):
+    """The python sandbox's isolation cannot be applied here; the message names what is missing and
+    how to grant it. Raised when the tool is built (the worker refuses to start), never skipped."""

@@ -1,66 +1,77 @@
-"""Run LLM-written Python in a separate, fresh, limited process.
+"""Run LLM-written Python in a fresh, jailed, limited process (never in the worker's process).
+
+The boundary is the bubblewrap jail of :mod:`streamgrpo.rollout.tools.jail` (unprivileged uid,
+no-new-privileges, user/pid/net/ipc/uts/cgroup/mount namespaces, an empty read-only root with
+``/usr`` and the interpreter read-only, a ``disk_mb`` tmpfs as the only writable place, a seccomp
+deny list, the whole process tree killed with the call). Building the tool plans the jail and runs
+one probe through it that checks every isolation from inside and outside; when any is missing the
+tool refuses to build (:class:`~streamgrpo.rollout.tools.errors.SandboxUnavailableError`, naming what
+to grant). A call whose jail fails to start returns an error; the program never runs unjailed.
 
 Every call:
 
-- creates an empty temporary working directory (mode 0700), writes the code there as ``main.py``
-  and deletes the directory afterwards;
-- starts ``sys.executable -I _sandbox_child.py <json>`` with :class:`subprocess.Popen` (a fresh
-  interpreter: never ``exec`` in the worker, never a fork of it running Python), in a new session
-  (its own process group), with stdin closed and a scrubbed environment (PATH, LANG, HOME and
-  TMPDIR = the working directory; nothing of the worker's environment, so no secrets);
-- reads stdout/stderr with a byte bound (the rest is drained and dropped, so a print loop cannot
-  fill the worker's memory) until the wall-clock deadline, then kills the whole process group.
+- copies the bootstrap (``_sandbox_child.py``), the program and the seccomp program into memfds
+  that bwrap reads (nothing is written to the host's disk);
+- starts ``bwrap ... python -I -B /sandbox/bootstrap.py <config>`` with :class:`subprocess.Popen`
+  as the sandbox uid (``user=``/``group=``, done by the C fork helper: safe in a threaded worker),
+  in a new session, with stdin closed, an empty environment and only the memfds inherited;
+- reads stdout/stderr with a byte bound (the rest is drained and dropped) until the wall-clock
+  deadline, then kills bwrap's process group; bwrap's ``--die-with-parent`` and the pid namespace
+  take every process of the jail with it.
 
-Inside the child (see ``_sandbox_child.py``), before the code runs:
+Inside, before the code runs (see ``_sandbox_child.py``): kernel limits (RLIMIT_CPU, RLIMIT_AS,
+RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_NPROC, RLIMIT_CORE=0) and, as defence in depth only, a PEP 578
+audit hook that denies process creation, sockets, native calls through ctypes, and file access
+outside the working directory and the Python installation. The escape suite
+(``tests/unit/rollout/test_tools_sandbox_escape.py``) runs every attack with the hook switched off
+too: the jail alone must hold.
 
-- kernel limits: RLIMIT_CPU (SIGXCPU, then SIGKILL 1 s later), RLIMIT_AS (memory -> MemoryError),
-  RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_NPROC, RLIMIT_CORE=0;
-- ``unshare(CLONE_NEWNET)`` when permitted (root/CAP_SYS_ADMIN): an empty network namespace;
-  silently skipped otherwise;
-- optionally (``run_as_uid``) a drop to an unprivileged uid, which makes RLIMIT_NPROC effective
-  (root ignores it) and lets file permissions protect the host. Off by default because the dev
-  interpreter lives under ``/root`` (mode 0700) and would become unreadable;
-- a PEP 578 audit hook denying: process creation (os.fork/system/exec*/posix_spawn/spawn*,
-  subprocess.Popen, importing ``_posixsubprocess``), every ``socket.*`` event, ctypes/cffi,
-  signals to other processes, rlimit changes, reads outside the working directory and the Python
-  installation (e.g. ``/etc/passwd``), writes outside the working directory, replacing a
-  function's ``__code__``.
-
-What is NOT covered (be honest): an audit hook is not a security boundary. C extensions, native
-libraries, and tricks that reach raw syscalls without an audit event bypass it; metadata calls
-(``os.stat``) are not audited, so file *existence* outside the directory leaks; a deliberately
-hostile snippet may find a way around the hook. The kernel limits hold regardless; the network
-namespace holds only where ``unshare`` is permitted; without ``run_as_uid`` the child runs as the
-worker's user. Production deployments must add an OS boundary: run the worker (or the sandbox
-child) in a container with gVisor, nsjail or a seccomp profile, read-only root FS and no network.
+What is NOT covered: see :mod:`.jail` (kernel bugs in allowed syscalls, no cgroup accounting).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import selectors
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamgrpo.rollout.tools._sandbox_child import EXIT_UNSAFE, READY, format_config
 from streamgrpo.rollout.tools.base import Param, Tool, ToolExample, ToolResult, ToolSpec
 from streamgrpo.rollout.tools.config import SandboxSettings
+from streamgrpo.rollout.tools.errors import SandboxUnavailableError
+from streamgrpo.rollout.tools.jail import (
+    CODE_PATH,
+    WORKDIR,
+    JailFds,
+    JailPlan,
+    bwrap_argv,
+    check_probe,
+    explain_bwrap_failure,
+    memfd,
+    plan_jail,
+    popen_identity,
+)
+
+log = logging.getLogger(__name__)
 
 CHILD_SCRIPT = Path(__file__).with_name("_sandbox_child.py")
 MAX_CODE_CHARS = 20_000
+PROBE_WALL_S = 60.0
 _GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
 class SandboxRun:
-    """Raw outcome of one sandboxed run. ``returncode`` < 0 is the signal that ended the child."""
+    """Raw outcome of one sandboxed run. ``returncode`` < 0 is the signal that ended bwrap; bwrap
+    reports a program killed by signal N as 128 + N. ``jail_error`` is set when the jail did not
+    start (the program did not run)."""
 
     stdout: str
     stderr: str
@@ -69,34 +80,33 @@ class SandboxRun:
     stdout_truncated: bool
     stderr_truncated: bool
     duration_ms: int
+    jail_error: str | None = None
 
     def error(self, limits: SandboxSettings) -> str | None:
         """A one-line explanation when the run failed, None when it exited 0."""
+        if self.jail_error is not None:
+            return f"the sandbox could not start, the program did not run: {self.jail_error}"
         if self.timed_out:
             return f"killed: wall-clock limit of {limits.wall_seconds:g}s exceeded"
         if self.returncode == 0:
             return None
-        if self.returncode == -signal.SIGXCPU or self.returncode == -signal.SIGKILL and not self.timed_out:
-            return f"killed: CPU time limit of {limits.cpu_seconds}s exceeded (signal {-self.returncode})"
-        if self.returncode < 0:
-            return f"killed by signal {signal.Signals(-self.returncode).name}"
+        sig = self.returncode - 128 if self.returncode > 128 else -self.returncode if self.returncode < 0 else 0
+        if sig in (signal.SIGXCPU, signal.SIGKILL):
+            return f"killed: CPU time limit of {limits.cpu_seconds}s exceeded (signal {sig})"
+        if sig in signal.valid_signals() and sig > 0:
+            return f"killed by signal {signal.Signals(sig).name}"
         last = next((ln for ln in reversed(self.stderr.splitlines()) if ln.strip()), "")
         if last.startswith("MemoryError"):
             return f"exit status {self.returncode}: MemoryError (memory limit is {limits.memory_mb} MiB)"
         return f"exit status {self.returncode}: {last}" if last else f"exit status {self.returncode}"
 
 
-def scrubbed_env(workdir: str) -> dict[str, str]:
-    """The child's whole environment: nothing inherited from the worker."""
-    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
-
-
-def _child_config(workdir: str, limits: SandboxSettings) -> str:
-    return json.dumps({
-        "workdir": workdir, "cpu_seconds": limits.cpu_seconds, "memory_mb": limits.memory_mb,
+def child_config(limits: SandboxSettings, *, probe: bool = False) -> str:
+    """The bootstrap's argument (``key=value,...``, see ``_sandbox_child.format_config``)."""
+    return format_config({
+        "workdir": WORKDIR, "code_path": CODE_PATH, "cpu_seconds": limits.cpu_seconds, "memory_mb": limits.memory_mb,
         "file_size_mb": limits.file_size_mb, "max_open_files": limits.max_open_files,
-        "max_processes": limits.max_processes, "isolate_network": limits.isolate_network,
-        "run_as_uid": limits.run_as_uid if os.geteuid() == 0 else None,
+        "max_processes": limits.max_processes, "audit_hook": limits.audit_hook, "probe": probe,
     })
 
 
@@ -133,16 +143,16 @@ def _read_bounded(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> t
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the child's process group. Only called while the child is not yet reaped, so its
-    pid (= the group id, it is a session leader) cannot have been reused by another process."""
+    """SIGKILL bwrap's process group (the jail's pid namespace dies with bwrap). Only called while
+    bwrap is not yet reaped, so its pid (= the group id, a session leader) cannot have been reused."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
 
 
 def _wait_exited(proc: subprocess.Popen[bytes], deadline: float) -> bool:
-    """Wait until the child has exited WITHOUT reaping it (WNOWAIT); False at the deadline."""
+    """Wait until bwrap has exited WITHOUT reaping it (WNOWAIT); False at the deadline."""
     while True:
         try:
             info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -152,42 +162,112 @@ def _wait_exited(proc: subprocess.Popen[bytes], deadline: float) -> bool:
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.01)
+        time.sleep(0.005)
 
 
-def run_sandboxed(code: str, limits: SandboxSettings | None = None) -> SandboxRun:
-    """Run ``code`` in a fresh limited child; see the module docstring for what is enforced."""
-    limits = limits or SandboxSettings()
-    start = time.monotonic()
-    workdir = tempfile.mkdtemp(prefix="streamgrpo-sbx-", dir=str(limits.tmp_root) if limits.tmp_root else None)
-    try:
-        Path(workdir, "main.py").write_text(code, encoding="utf-8")
-        if limits.run_as_uid is not None and os.geteuid() == 0:
-            for p in (workdir, os.path.join(workdir, "main.py")):
-                os.chown(p, limits.run_as_uid, limits.run_as_uid)
-        proc = subprocess.Popen(  # noqa: S603 - fixed argv: our interpreter and our bootstrap
-            [sys.executable, "-I", str(CHILD_SCRIPT), _child_config(workdir, limits)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=workdir, env=scrubbed_env(workdir), start_new_session=True, close_fds=True,
-        )
+def _read_status(fd: int) -> list[dict[str, Any]]:
+    """The JSON documents bwrap wrote to --json-status-fd (after it exited)."""
+    os.set_blocking(fd, False)
+    data = b""
+    while True:
         try:
-            deadline = start + limits.wall_seconds
-            out, err, out_cut, err_cut, timed_out = _read_bounded(proc, deadline, limits.capture_bytes)
-            if not timed_out and not _wait_exited(proc, deadline):
-                timed_out = True
-            _kill_group(proc)  # stragglers (or the child itself on timeout); still unreaped: safe
-            returncode = proc.wait()
-        finally:
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    docs, decoder, text, pos = [], json.JSONDecoder(), data.decode("utf-8", "replace"), 0
+    while pos < len(text):
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            break
+        doc, pos = decoder.raw_decode(text, pos)
+        docs.append(doc)
+    return docs
+
+
+def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
+           with_status: bool = False) -> tuple[SandboxRun, list[dict[str, Any]]]:
+    """One run of ``code`` in the jail; the status documents are read only when ``with_status``."""
+    start = time.monotonic()
+    opened = [memfd("sbx-bootstrap", CHILD_SCRIPT.read_bytes()), memfd("sbx-code", code.encode("utf-8")),
+              memfd("sbx-seccomp", plan.seccomp)]
+    status_r, status_w = os.pipe() if with_status else (None, None)
+    fds = JailFds(bootstrap=opened[0], code=opened[1], seccomp=opened[2], status=status_w)
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - fixed argv: bwrap, our interpreter and our bootstrap
+            bwrap_argv(plan, limits, fds, config), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, cwd="/", env={}, start_new_session=True, close_fds=True, pass_fds=fds.all(),
+            **popen_identity(plan),  # type: ignore[arg-type]
+        )
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return SandboxRun(
+        for fd in [*opened, *([status_w] if status_w is not None else [])]:
+            os.close(fd)
+    try:
+        deadline = start + limits.wall_seconds
+        out, err, out_cut, err_cut, timed_out = _read_bounded(proc, deadline, limits.capture_bytes)
+        if not timed_out and not _wait_exited(proc, deadline):
+            timed_out = True
+        _kill_group(proc)  # on timeout; otherwise a no-op (the pid namespace is already gone)
+        returncode = proc.wait()
+        status = _read_status(status_r) if status_r is not None else []
+    finally:
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        if status_r is not None:
+            os.close(status_r)
+    started = READY in err
+    err = err.replace(READY, b"", 1)
+    jail_error = None
+    if (not started and not timed_out) or returncode == EXIT_UNSAFE:
+        jail_error = explain_bwrap_failure(err.decode("utf-8", "replace"))
+    run = SandboxRun(
         stdout=out.decode("utf-8", errors="replace"), stderr=err.decode("utf-8", errors="replace"),
         returncode=returncode, timed_out=timed_out, stdout_truncated=out_cut, stderr_truncated=err_cut,
-        duration_ms=int((time.monotonic() - start) * 1000),
+        duration_ms=int((time.monotonic() - start) * 1000), jail_error=jail_error,
     )
+    return run, status
+
+
+def verify_jail(plan: JailPlan, limits: SandboxSettings) -> dict[str, Any]:
+    """Run the probe through the jail; raise SandboxUnavailableError listing every isolation missing.
+    It gets at least :data:`PROBE_WALL_S` (a short per-call limit must not fail the probe on a busy host)."""
+    probe_limits = limits.model_copy(update={"wall_seconds": max(limits.wall_seconds, PROBE_WALL_S)})
+    run, status = _spawn(plan, probe_limits, "", child_config(probe_limits, probe=True), with_status=True)
+    if run.returncode != 0 or run.timed_out:
+        raise SandboxUnavailableError(explain_bwrap_failure(run.stderr or f"exit status {run.returncode}"))
+    try:
+        report = json.loads(run.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise SandboxUnavailableError(f"the sandbox probe printed no report: {run.stdout[:200]!r} "
+                                      f"{run.stderr[:300]!r}") from exc
+    problems = check_probe(report, status, plan)
+    if problems:
+        raise SandboxUnavailableError("the sandbox jail is incomplete, refusing to run code: " + "; ".join(problems))
+    return dict(report)
+
+
+def prepare_jail(limits: SandboxSettings) -> JailPlan:
+    """Plan the jail and verify it once (the tool refuses to build when this raises)."""
+    plan = plan_jail(limits)
+    report = verify_jail(plan, limits)
+    log.info("python sandbox: bubblewrap jail verified (uid %d, %s python %s, seccomp on, %d MiB disk)",
+             plan.uid, plan.python, report.get("python"), limits.disk_mb)
+    return plan
+
+
+def run_sandboxed(code: str, limits: SandboxSettings | None = None, plan: JailPlan | None = None) -> SandboxRun:
+    """Run ``code`` in the jail; see the module docstring for what is enforced. Without ``plan`` the
+    jail is planned and verified first (a tool builds it once instead)."""
+    limits = limits or SandboxSettings()
+    plan = plan or prepare_jail(limits)
+    run, _ = _spawn(plan, limits, code, child_config(limits))
+    if run.jail_error is not None:
+        log.error("python sandbox: %s", run.jail_error)
+    return run
 
 
 def format_run(run: SandboxRun) -> str:
@@ -199,11 +279,12 @@ def format_run(run: SandboxRun) -> str:
 
 
 class PythonSandbox(Tool):
-    """``{"code": "print(2+2)"}`` -> ``"4"``: runs the code in a fresh limited process."""
+    """``{"code": "print(2+2)"}`` -> ``"4"``: runs the code in a fresh jailed process."""
 
     def __init__(self, limits: SandboxSettings | None = None, *, max_output_chars: int = 2000) -> None:
         super().__init__(max_output_chars=max_output_chars)
         self.limits = limits or SandboxSettings()
+        self.plan = prepare_jail(self.limits)
         self.spec = ToolSpec(
             name="python",
             description="Runs a short Python 3 program in a fresh isolated process and returns what it prints "
@@ -211,7 +292,7 @@ class PythonSandbox(Tool):
             "statistics...) and installed packages such as sympy can be imported.",
             params=(Param("code", "string", "A complete Python program; print the values you need."),),
             limits=f"{self.limits.cpu_seconds}s CPU, {self.limits.wall_seconds:g}s wall, {self.limits.memory_mb} MiB "
-            "memory; no network, no subprocesses, files only in its own temporary directory.",
+            f"memory, {self.limits.disk_mb} MiB of files; no network, files only in its own temporary directory.",
             examples=(ToolExample({"code": "print(sum(i * i for i in range(1, 11)))"}, "385"),),
         )
 
@@ -222,8 +303,8 @@ class PythonSandbox(Tool):
         if len(code) > MAX_CODE_CHARS:
             return ToolResult(output="", error=f"program longer than {MAX_CODE_CHARS} characters")
         try:
-            run = run_sandboxed(code, self.limits)
-        except OSError as exc:  # the host could not start the child (fork limit, disk full, ...)
+            run = run_sandboxed(code, self.limits, self.plan)
+        except OSError as exc:  # the host could not start bwrap (fork limit, out of memory, ...)
             return ToolResult(output="", error=f"the sandbox could not start: {exc}; retry later")
         error = run.error(self.limits)
         if error is None and not run.stdout.strip() and not run.stderr.strip():

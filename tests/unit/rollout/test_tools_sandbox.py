@@ -14,10 +14,8 @@ from streamgrpo.rollout.tools.python_sandbox import PythonSandbox, run_sandboxed
 
 
 @pytest.fixture
-def limits(tmp_path: Path) -> SandboxSettings:
-    root = tmp_path / "sbx"
-    root.mkdir()
-    return SandboxSettings(cpu_seconds=1, wall_seconds=5, memory_mb=256, tmp_root=root)
+def limits() -> SandboxSettings:
+    return SandboxSettings(cpu_seconds=1, wall_seconds=20, memory_mb=256)  # wall: generous on a busy host
 
 
 @pytest.fixture
@@ -25,18 +23,30 @@ def tool(limits: SandboxSettings) -> PythonSandbox:
     return PythonSandbox(limits)
 
 
-def _alive_children_of(root: Path) -> list[int]:
-    """Processes whose command line names our per-test temp root (the child's argv carries its workdir)."""
-    found = []
+def _jail_processes() -> list[int]:
+    """Our descendants that belong to a sandbox (bwrap or the bootstrap)."""
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    ours, found = {os.getpid()}, []
+    changed = True
+    while changed:
+        changed = False
+        for pid, ppid in parents.items():
+            if ppid in ours and pid not in ours:
+                ours.add(pid)
+                changed = True
+    for pid in ours - {os.getpid()}:
         try:
-            cmdline = (entry / "cmdline").read_bytes()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if str(root).encode() in cmdline:
-            found.append(int(entry.name))
+        if b"bwrap" in cmd or b"/sandbox/" in cmd:
+            found.append(pid)
     return found
 
 
@@ -45,9 +55,7 @@ def _assert_caller_unharmed(tool: PythonSandbox, limits: SandboxSettings, before
     assert os.getcwd() == before["cwd"]
     assert resource.getrlimit(resource.RLIMIT_AS) == before["rlimit_as"]
     assert resource.getrlimit(resource.RLIMIT_CPU) == before["rlimit_cpu"]
-    assert limits.tmp_root is not None
-    assert list(limits.tmp_root.iterdir()) == [], "the working directory must be deleted"
-    assert _alive_children_of(limits.tmp_root) == [], "no sandbox process may survive the call"
+    assert _jail_processes() == [], "no sandbox process may survive the call"
     nxt = tool.run({"code": "print(2+2)"})
     assert nxt.error is None and nxt.output.strip() == "4"
 
@@ -68,7 +76,8 @@ ATTACKS = {
     "socket_connect": ("import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 9))\n", "socket"),
     "socket_udp": ("import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9))\n",
                    "socket"),
-    "write_outside": ("open('/tmp/streamgrpo-sandbox-escape', 'w').write('x')\n", "writing /tmp/streamgrpo-sandbox-escape"),
+    "write_outside": ("open('/var/tmp/streamgrpo-sandbox-escape', 'w').write('x')\n",
+                      "writing /var/tmp/streamgrpo-sandbox-escape"),
     "ctypes_native_call": ("import ctypes\nctypes.CDLL(None).fork()\n", "ctypes"),
     "raise_rlimit": ("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (100, 100))\n", "resource.setrlimit"),
 }
@@ -83,7 +92,7 @@ def test_attack_is_denied_with_a_clear_error(name: str, tool: PythonSandbox, lim
     assert "[sandbox]" in result.error and expected in result.error
     assert "pwned" not in result.output
     _assert_caller_unharmed(tool, limits, before)
-    assert not Path("/tmp/streamgrpo-sandbox-escape").exists()
+    assert not Path("/var/tmp/streamgrpo-sandbox-escape").exists()
 
 
 def test_infinite_loop_is_killed_by_the_cpu_limit(tool: PythonSandbox, limits: SandboxSettings,
@@ -95,10 +104,10 @@ def test_infinite_loop_is_killed_by_the_cpu_limit(tool: PythonSandbox, limits: S
 
 
 def test_sleeping_code_is_killed_by_the_wall_clock(limits: SandboxSettings, before: dict[str, object]) -> None:
-    short = limits.model_copy(update={"wall_seconds": 1.0})
+    short = limits.model_copy(update={"wall_seconds": 3.0})
     tool = PythonSandbox(short)
     result = tool.run({"code": "import time\nprint('start', flush=True)\ntime.sleep(60)\n"})
-    assert result.error == "killed: wall-clock limit of 1s exceeded"
+    assert result.error == "killed: wall-clock limit of 3s exceeded"
     assert result.output.startswith("start")  # output produced before the kill is kept
     _assert_caller_unharmed(tool, short, before)
 
@@ -160,38 +169,3 @@ def test_bad_input_is_an_error_not_an_exception(tool: PythonSandbox) -> None:
     assert tool.run({"code": "print("}).error == "exit status 1: SyntaxError: '(' was never closed"
 
 
-def _has_cap_sys_admin() -> bool:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) & (1 << 21))
-    return False
-
-
-def test_network_namespace_when_permitted(limits: SandboxSettings) -> None:
-    """``os.readlink`` is not audited, so the child can report its network namespace."""
-    code = "import os\nprint(os.readlink('/proc/self/ns/net'))"
-    ours = os.readlink("/proc/self/ns/net")
-    shared = run_sandboxed(code, limits.model_copy(update={"isolate_network": False}))
-    assert shared.stdout.strip() == ours
-    if not _has_cap_sys_admin():
-        pytest.skip("unshare(CLONE_NEWNET) needs CAP_SYS_ADMIN; the audit hook alone blocks sockets here")
-    isolated = run_sandboxed(code, limits)
-    assert isolated.returncode == 0 and isolated.stdout.strip().startswith("net:[")
-    assert isolated.stdout.strip() != ours
-
-
-def _readable_by_others(path: str) -> bool:
-    p = Path(path).resolve()
-    return all(os.stat(q).st_mode & 0o005 == 0o005 for q in [p, *p.parents])
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
-def test_run_as_uid_drops_privileges(limits: SandboxSettings) -> None:
-    import sysconfig
-
-    if not _readable_by_others(sysconfig.get_paths()["stdlib"]):
-        pytest.skip("the interpreter is not readable by an unprivileged uid on this machine (e.g. under /root)")
-    dropped = limits.model_copy(update={"run_as_uid": 65534})
-    run = run_sandboxed("import os\nprint(os.getuid(), os.getgid())\nopen('f', 'w').write('x')", dropped)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "65534 65534"

@@ -1,0 +1,256 @@
+"""The OS boundary of the python sandbox: a bubblewrap (``bwrap``) jail, planned once and verified.
+
+:func:`plan_jail` resolves everything a call needs (the ``bwrap`` binary, the unprivileged uid, an
+interpreter that uid can read) and :func:`verify_jail` runs one probe through the real jail and
+checks, from outside and from inside, that every isolation took effect. Either raises
+:class:`~streamgrpo.rollout.tools.errors.SandboxUnavailableError`, naming what is missing and how to
+grant it; the tool then refuses to start (fail closed, nothing is skipped silently).
+
+What every call gets (:func:`bwrap_argv`):
+
+- **identity**: an unprivileged uid always. A root worker starts ``bwrap`` as ``run_as_uid``
+  (default 65534, via ``Popen(user=..., group=..., extra_groups=[])``); a non-root worker's sandbox
+  runs as the worker's own uid. Inside a fresh user namespace with no capabilities; further user
+  namespaces disabled (``--disable-userns``); no-new-privileges (set by bwrap, checked by the probe);
+- **namespaces**: user, pid, network (only a loopback interface), ipc, uts, cgroup, mount;
+- **filesystem**: an empty root, read-only; ``/usr`` and the interpreter's installation read-only;
+  a minimal read-only ``/dev``; no ``/proc``, no ``/sys``, no ``/etc``, no host home or project;
+  the only writable place is ``/tmp``, a tmpfs of ``disk_mb`` (the total disk quota), which is also
+  the working directory and vanishes with the call; the program and the bootstrap are read-only
+  copies under ``/sandbox``;
+- **processes**: bwrap's init is pid 1 of the namespace; when the program exits, or bwrap is
+  killed (``--die-with-parent``), the kernel kills every process left in it (setsid'd or not);
+- **syscalls**: the seccomp deny list of :mod:`.seccomp`;
+- **environment**: cleared; PATH, LANG, LC_ALL, HOME=TMPDIR=/tmp only.
+
+What is NOT covered: kernel vulnerabilities reachable through the allowed syscalls; CPU and
+memory are bounded by rlimits in the child, not by a cgroup (bwrap has none); side channels.
+The pod/host requirements are listed in :data:`GRANT_HINT`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamgrpo.rollout.tools.config import SandboxSettings
+from streamgrpo.rollout.tools.errors import SandboxUnavailableError
+from streamgrpo.rollout.tools.seccomp import SeccompUnsupportedError, build_program
+
+WORKDIR = "/tmp"
+BOOTSTRAP_PATH = "/sandbox/bootstrap.py"
+CODE_PATH = "/sandbox/main.py"
+SYSTEM_PYTHON = "/usr/bin/python3"
+MIN_BWRAP = (0, 8, 0)
+#: Namespaces the probe checks to differ from the worker's (bwrap reports their inode numbers).
+NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "uts")
+GRANT_HINT = (
+    "The python sandbox needs bubblewrap (Debian: `apt-get install bubblewrap`; `make setup` installs it as root) "
+    "and unprivileged user namespaces: sysctl user.max_user_namespaces > 0 (and kernel.unprivileged_userns_clone=1 / "
+    "kernel.apparmor_restrict_unprivileged_userns=0 where those exist). In a container the runtime's default seccomp "
+    "and AppArmor profiles block the unshare/clone/mount/pivot_root calls bwrap makes: run the pod with a seccomp "
+    "profile that allows them (or Unconfined) and an AppArmor profile that allows mount (or Unconfined); no "
+    "capabilities are needed. Or run the python tool in a separate pod/sidecar that has them."
+)
+
+
+@dataclass(frozen=True)
+class JailPlan:
+    """Everything a sandbox call needs, resolved once."""
+
+    bwrap: str
+    uid: int
+    gid: int
+    switch_user: bool  # the worker is root: start bwrap as (uid, gid)
+    python: str
+    python_dirs: tuple[str, ...]  # read-only binds besides /usr (at the same paths)
+    seccomp: bytes
+
+
+def _host_dirs() -> list[tuple[str, str | None]]:
+    """/usr and the top-level library dirs: (path, symlink target or None to bind)."""
+    out: list[tuple[str, str | None]] = [("/usr", None)]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            out.append((top, os.readlink(top)))
+        elif os.path.isdir(top):
+            out.append((top, None))
+    return out
+
+
+def traversable(path: str, uid: int, gid: int) -> bool:
+    """Whether ``uid``/``gid`` (no supplementary groups) can reach ``path`` and read it."""
+    if uid == os.geteuid():
+        return os.access(path, os.R_OK)
+    parts = Path(os.path.realpath(path))
+    for i, p in enumerate([*reversed(parts.parents), parts]):
+        try:
+            st = os.stat(p)
+        except OSError:
+            return False
+        shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+        need = stat.S_IXOTH if i < len(parts.parents) else stat.S_IROTH | stat.S_IXOTH  # dirs: search; end: r+x
+        if (st.st_mode >> shift) & need != need:
+            return False
+    return True
+
+
+def interpreter_dirs(python: str) -> tuple[str, ...]:
+    """The directories an interpreter needs (its prefixes and binary's folder), outside /usr."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    else:
+        code = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]))"
+        try:
+            out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=30, check=True)  # noqa: S603
+            found = json.loads(out.stdout)
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            raise SandboxUnavailableError(f"the sandbox interpreter {python} does not run: {exc}") from exc
+    found += [os.path.dirname(python), os.path.dirname(os.path.realpath(python))]
+    dirs = sorted({os.path.realpath(d) for d in found if d})
+    outside = [d for d in dirs if not (d == "/usr" or d.startswith("/usr/"))]
+    return tuple(d for d in outside if not any(d.startswith(o + "/") for o in outside if o != d))
+
+
+def _identity(settings: SandboxSettings) -> tuple[int, int, bool]:
+    if os.geteuid() == 0:
+        return settings.run_as_uid, settings.run_as_uid, True
+    return os.getuid(), os.getgid(), False
+
+
+def _choose_python(settings: SandboxSettings, uid: int, gid: int) -> tuple[str, tuple[str, ...]]:
+    """The configured interpreter, or the worker's own when ``uid`` can read it, else /usr/bin/python3."""
+    candidates = [str(settings.python)] if settings.python else [sys.executable, SYSTEM_PYTHON]
+    reasons = []
+    for python in candidates:
+        if not os.path.exists(python):
+            reasons.append(f"{python} does not exist")
+            continue
+        dirs = interpreter_dirs(python)
+        unreadable = [d for d in (python, *dirs) if not traversable(d, uid, gid)]
+        if not unreadable:
+            return python, dirs
+        reasons.append(f"{python}: uid {uid} cannot read {', '.join(unreadable)}")
+    raise SandboxUnavailableError(
+        "no python interpreter the sandbox user can read (" + "; ".join(reasons) + "). Install Debian's python3 "
+        "(`apt-get install python3 python3-sympy python3-numpy`; `make setup` does it as root) or set "
+        "[tools.sandbox] python to an interpreter under world-readable directories.")
+
+
+def bwrap_version(bwrap: str) -> tuple[int, ...]:
+    """``bwrap --version`` as a tuple (``bubblewrap 0.8.0`` -> (0, 8, 0)); () when unreadable."""
+    try:
+        out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout  # noqa: S603
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    digits = out.split()[-1].split(".") if out.split() else []
+    return tuple(int(d) for d in digits if d.isdigit())
+
+
+def plan_jail(settings: SandboxSettings) -> JailPlan:
+    """Resolve the jail for ``settings``; raises SandboxUnavailableError naming what is missing."""
+    bwrap = shutil.which(settings.bwrap)
+    if bwrap is None:
+        raise SandboxUnavailableError(f"bubblewrap ({settings.bwrap!r}) is not installed. {GRANT_HINT}")
+    version = bwrap_version(bwrap)
+    if version < MIN_BWRAP:
+        found = ".".join(map(str, version)) or "an unreadable version"
+        raise SandboxUnavailableError(
+            f"bubblewrap {'.'.join(map(str, MIN_BWRAP))} or newer is needed (--size, --disable-userns); {bwrap} is "
+            f"{found}. Debian 12 and Ubuntu 24.04 ship one that is new enough.")
+    uid, gid, switch = _identity(settings)
+    if uid == 0:
+        raise SandboxUnavailableError("the sandbox would run as uid 0; run the worker as a non-root user or as root "
+                                      "with [tools.sandbox] run_as_uid set to an unprivileged uid")
+    python, dirs = _choose_python(settings, uid, gid)
+    try:
+        program = build_program()
+    except SeccompUnsupportedError as exc:
+        raise SandboxUnavailableError(f"the sandbox's seccomp filter cannot be applied: {exc}") from exc
+    return JailPlan(bwrap=bwrap, uid=uid, gid=gid, switch_user=switch, python=python, python_dirs=dirs,
+                    seccomp=program)
+
+
+@dataclass(frozen=True)
+class JailFds:
+    """Descriptors bwrap reads at start (memfds); their numbers are kept in the child."""
+
+    bootstrap: int
+    code: int
+    seccomp: int
+    status: int | None = None  # --json-status-fd (the probe only)
+
+    def all(self) -> list[int]:
+        """Every descriptor to pass to bwrap."""
+        return [fd for fd in (self.bootstrap, self.code, self.seccomp, self.status) if fd is not None]
+
+
+def memfd(name: str, data: bytes) -> int:
+    """An anonymous in-memory file holding ``data``, positioned at its start (close-on-exec)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def bwrap_argv(plan: JailPlan, settings: SandboxSettings, fds: JailFds, child_config: str) -> list[str]:
+    """The whole command line of one sandboxed run (see the module docstring for what it sets up)."""
+    argv = [plan.bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--hostname", "sandbox",
+            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
+            "--setenv", "LC_ALL", "C.UTF-8", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR]
+    for path, target in _host_dirs():
+        argv += ["--symlink", target, path] if target is not None else ["--ro-bind", path, path]
+    for path in plan.python_dirs:
+        argv += ["--ro-bind", path, path]
+    argv += ["--dev", "/dev", "--size", str(settings.disk_mb * 1024 * 1024), "--tmpfs", WORKDIR,
+             "--perms", "0444", "--ro-bind-data", str(fds.bootstrap), BOOTSTRAP_PATH,
+             "--perms", "0444", "--ro-bind-data", str(fds.code), CODE_PATH,
+             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR, "--seccomp", str(fds.seccomp)]
+    if fds.status is not None:
+        argv += ["--json-status-fd", str(fds.status)]
+    return [*argv, "--", plan.python, "-I", "-B", BOOTSTRAP_PATH, child_config]
+
+
+def popen_identity(plan: JailPlan) -> dict[str, object]:
+    """Keyword arguments of Popen that start bwrap as the sandbox user (done by the C fork helper,
+    safe in a threaded worker, unlike preexec_fn)."""
+    if not plan.switch_user:
+        return {}
+    return {"user": plan.uid, "group": plan.gid, "extra_groups": []}
+
+
+def explain_bwrap_failure(stderr: str) -> str:
+    """Turn bwrap's own error line into a message that says how to grant what is missing."""
+    line = next((ln for ln in stderr.splitlines() if ln.startswith("bwrap:")), stderr.strip()[:300])
+    return f"bubblewrap could not set up the sandbox ({line}). {GRANT_HINT}"
+
+
+def check_probe(report: dict[str, object], status: Sequence[dict[str, object]], plan: JailPlan) -> list[str]:
+    """What the probe found missing (empty when the jail is complete). ``report`` comes from inside
+    the jail (see ``_sandbox_child.probe``), ``status`` from bwrap's --json-status-fd."""
+    problems = []
+    expect = {"uid": plan.uid, "euid": plan.uid, "gid": plan.gid, "groups": [], "no_new_privs": 1,
+              "seccomp_mode": 2, "capabilities": 0, "interfaces": ["lo"], "new_userns_blocked": True,
+              "root_writable": False, "proc_visible": False}
+    for key, want in expect.items():
+        if report.get(key) != want:
+            problems.append(f"{key} is {report.get(key)!r}, expected {want!r}")
+    ids = next((doc for doc in status if "child-pid" in doc), {})
+    for ns in NAMESPACES:
+        ours = os.stat(f"/proc/self/ns/{ns}").st_ino
+        theirs = ids.get(f"{ns}-namespace")
+        if theirs is None or theirs == ours:
+            problems.append(f"the {ns} namespace is not separate (bwrap reported {theirs!r}, ours is {ours})")
+    return problems
