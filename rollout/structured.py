@@ -68,10 +68,11 @@ def extract_object(text: str) -> tuple[dict[str, Any] | None, ParseStatus, str |
         return None, ParseStatus.FAILED, "no JSON object found in the output"
     if len(stripped) > MAX_REPAIR_CHARS or stripped.count("{") + stripped.count("[") > MAX_REPAIR_BRACKETS:
         return None, ParseStatus.FAILED, f"output too long or too nested to repair ({len(stripped)} chars)"
+    repaired: Any
     try:
         repaired = json_repair.repair_json(stripped, return_objects=True, skip_json_loads=True)
     except (RecursionError, ValueError) as exc:  # hostile nesting; never raise on model text
-        repaired = exc
+        repaired = None
     if isinstance(repaired, list):
         repaired = next((x for x in repaired if isinstance(x, dict)), None)
     if isinstance(repaired, dict) and repaired:

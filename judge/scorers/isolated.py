@@ -1,19 +1,16 @@
 """Run a pure function in a long-lived child process, under a deadline and a memory limit.
 
-Why: math-verify (and sympy under it) can spend unbounded time or memory on a short hostile answer
-("9^{9^{9}}"), and its own timeout is ``signal.alarm``, which only works on the main thread — the
-judge scores in a thread pool. Here the function runs on the main thread of a child process, so:
-- a soft budget (``soft_s``, ``setitimer`` in the child) stops Python-level work and answers
-  :class:`DeadlineExceeded` without losing the child;
-- a hard deadline (``hard_s``, in the parent) kills the child when it does not answer (work in C that
-  no signal interrupts, e.g. a huge integer power); the next call starts a fresh child;
-- ``RLIMIT_AS`` (``mem_bytes``) turns a runaway allocation into a MemoryError in the child;
+Why: math-verify (sympy under it) can spend unbounded time or memory on a short hostile answer
+("9^{9^{9}}"), and its own timeout is ``signal.alarm``, which works only on the main thread, while
+the judge scores in a thread pool. Here the function runs on the main thread of a "spawn" child:
+- ``soft_s``: ``setitimer`` in the child stops Python-level work; :class:`DeadlineExceeded`, child kept;
+- ``hard_s``: the parent kills a child that does not answer (C-level work no signal interrupts, e.g.
+  a huge integer power); the next call starts a fresh one;
+- ``mem_bytes``: ``RLIMIT_AS``, so a runaway allocation is a MemoryError in the child;
 - ``init`` runs in a new child before it reports ready (imports), outside the deadline.
-Calls are serialised by a lock (one child per instance); the function and its arguments must be
-picklable (module-level). The child is started with "spawn" (the parent has threads).
+Calls are serialised by a lock; the function and arguments must be picklable (module-level).
 
-What is not covered: parallelism (one call at a time per instance), platforms without ``fork``-free
-``spawn`` + ``setitimer``/``setrlimit`` (POSIX only).
+What is not covered: parallel calls (one child per instance), non-POSIX platforms.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ class IsolatedCallError(JudgeError):
 
 
 class _SoftTimeout(BaseException):  # BaseException: libraries' ``except Exception`` do not swallow it
-    pass
+    """The soft budget ran out in the child."""
 
 
 def _alarm(signum: int, frame: object) -> None:
@@ -78,15 +75,14 @@ class IsolatedFunction:
 
     def __init__(self, fn: Callable[..., Any], *, hard_s: float, soft_s: float | None = None,
                  mem_bytes: int | None = None, init: Callable[[], Any] | None = None, start_s: float = 120) -> None:
-        self.fn, self.hard_s, self.soft_s, self.mem_bytes = fn, hard_s, soft_s, mem_bytes
-        self.init, self.start_s = init, start_s
+        self.fn, self.hard_s, self.soft_s, self.mem_bytes, self.init, self.start_s = fn, hard_s, soft_s, mem_bytes, init, start_s
         self._lock = threading.Lock()
         self._proc: Any = None
         self._conn: Connection | None = None
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return getattr(self._proc, "pid", None)
 
     def __call__(self, *args: Any) -> Any:
         with self._lock:
@@ -98,7 +94,7 @@ class IsolatedFunction:
             try:
                 status, value = conn.recv()
             except (EOFError, OSError) as exc:
-                code = self._proc.exitcode if self._proc is not None else None
+                code = getattr(self._proc, "exitcode", None)
                 self._stop()
                 raise IsolatedCallError(f"{self.fn.__name__}: its process died (exit code {code})") from exc
         if status == "timeout":

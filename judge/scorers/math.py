@@ -1,27 +1,24 @@
 """The `math` judge: is the model's final answer mathematically equal to a ground truth?
 
-Reading and comparing are math-verify's (HuggingFace's verifier, used by open-r1 and TRL's accuracy
-reward): LaTeX through latex2sympy2_extended's ANTLR grammar, then string, numeric, symbolic
-(``simplify``), set/interval, relation and matrix comparison. How this judge calls it:
-- a ground truth is read whole, as one LaTeX expression (``$truth$``) unless it has delimiters of its
-  own (``$``, ``\\(``, ``\\[``, ``\\boxed``); if that reads nothing, by math-verify's extraction;
-- an answer is read whole too (when it has no delimiters and at most ``max_expr_chars``) and by
-  math-verify's extraction (boxed, "final answer is", LaTeX environments, last number...). The whole
-  reading wins when all its free symbols occur in the ground truth ("2x+1" is an expression, while
-  "I don't know" is not the product I*d*o*n*t*k*...); else the extraction.
-Overrides, where math-verify alone is wrong for this judge (each has a case in the tests):
-1. two plain numbers compare by relative tolerance (``rel_tol``, ``abs_tol``), not by rounding to 6
-   decimals: math-verify says 3.14159 != pi (relative error 8e-7) and 1e-7 == 4e-7 (both round to 0);
-   two exact rationals (integers, fractions) compare exactly, as in math-verify;
+Reading and comparing are math-verify's (HuggingFace's verifier, used by open-r1 and TRL): LaTeX via
+latex2sympy2_extended's grammar; string, numeric, symbolic, set/interval, relation, matrix equality.
+Adapter: a text without delimiters of its own (``$``, ``\\(``, ``\\[``, ``\\boxed``) is also read whole
+as one LaTeX expression (``$text$``, at most ``max_expr_chars``), besides math-verify's extraction
+(boxed, "final answer is", LaTeX environments, last number). A truth's whole reading wins; an
+answer's whole reading wins when its free symbols all occur in the truth ("2x+1" is an expression,
+"I don't know" is not the product I*d*o*n*...). Overrides, where math-verify alone is wrong for
+this judge (each has a test case):
+1. plain numbers compare by relative tolerance (``rel_tol``, ``abs_tol``), two exact rationals
+   exactly: math-verify rounds floats to 6 decimals (3.14159 != pi, 1e-7 == 4e-7);
 2. a whole answer "1.5e3" / "2e-3" (Python's float notation, what the calculator prints) is
    1.5*10^3: math-verify reads the e as Euler's number, or stops at it (1.5);
 3. a whole answer "3 1/2" is the mixed number 7/2 (math-verify: 2);
 4. "50%" equals 50, and 0.5 only with ``percent_as_fraction`` (math-verify: always both).
-Bounds against hostile answers, before anything is parsed: more than ``_MAX_POWERS`` powers or
-brackets nested deeper than ``_MAX_DEPTH`` read nothing; only the last ``_MAX_TEXT`` characters are
-read; after parsing, exponents above ``max_exponent`` (and power towers) are refused before any
-comparison. Everything runs in a child process (:mod:`isolated`): a soft budget of ``_BUDGET_S``
-seconds, a hard deadline that kills the child, 2 GiB of address space; safe from any thread.
+Bounds, before parsing: over ``_MAX_POWERS`` powers or brackets deeper than ``_MAX_DEPTH`` read
+nothing, only the last ``_MAX_TEXT`` characters are read; after parsing, exponents over
+``max_exponent`` are refused before any comparison. :func:`check` runs in a child process
+(:mod:`isolated`; math-verify's own ``signal.alarm`` timeout fails off the main thread): a soft
+budget ``_BUDGET_S``, a hard deadline that kills it, 2 GiB of address space; any thread may call.
 Score 1.0 when any ground truth matches, else 0.0.
 
 What is not covered: partial credit, words for numbers ("seven"), unit conversion (units are
@@ -36,7 +33,10 @@ import logging
 import re
 from collections.abc import Sequence
 from importlib.metadata import version
+from itertools import accumulate
 from typing import Any
+
+import sympy
 
 from streamgrpo.judge.config import MathSettings
 from streamgrpo.judge.errors import ScoringError
@@ -55,14 +55,8 @@ log = logging.getLogger(__name__)
 
 def _hostile(text: str) -> bool:
     """Too many powers or too deep brackets: refused unread (the grammar and sympy blow up on them)."""
-    if text.count("^") + text.count("**") > _MAX_POWERS:
-        return True
-    depth = 0
-    for ch in text:
-        depth += (ch in _OPEN) - (ch in _CLOSE)
-        if depth > _MAX_DEPTH:
-            return True
-    return False
+    depth = max(accumulate((c in _OPEN) - (c in _CLOSE) for c in text), default=0)
+    return text.count("^") + text.count("**") > _MAX_POWERS or depth > _MAX_DEPTH
 
 
 def _rewrite_whole(text: str, max_exponent: int) -> str | None:
@@ -76,8 +70,6 @@ def _rewrite_whole(text: str, max_exponent: int) -> str | None:
 
 def _powers_bounded(expr: Any, max_exponent: int) -> bool:
     """Reject power towers and huge literal exponents before anything is evaluated (post-order walk)."""
-    import sympy
-
     if not isinstance(expr, sympy.Basic):
         return True
     if not all(_powers_bounded(arg, max_exponent) for arg in expr.args):
@@ -92,17 +84,13 @@ def _powers_bounded(expr: Any, max_exponent: int) -> bool:
 
 def _first(parsed: list[Any], max_exponent: int) -> Any:
     """The sympy value of a math-verify reading (it is [value, source string]); None when unread."""
-    import sympy
-
     value = parsed[0] if parsed else None
-    if not isinstance(value, (sympy.Basic, sympy.MatrixBase)) or not _powers_bounded(value, max_exponent):
-        return None
-    return value
+    ok = isinstance(value, (sympy.Basic, sympy.MatrixBase)) and _powers_bounded(value, max_exponent)
+    return value if ok else None
 
 
 def _number(expr: Any) -> tuple[Any, bool] | None:
     """(value, written with %) of a plain number: an exact Rational, else a complex; None otherwise."""
-    import sympy
     from math_verify.grader import get_pct_val
 
     pct = get_pct_val(expr)
@@ -118,22 +106,16 @@ def _number(expr: Any) -> tuple[Any, bool] | None:
 
 def _close(a: Any, b: Any, rel_tol: float, abs_tol: float) -> bool:
     """Exact for two Rationals (1000001 != 1000000); else |a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)."""
-    import sympy
-
-    if isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational):
+    if isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational) or not cmath.isfinite(complex(a)):
         return bool(a == b)
     a, b = complex(a), complex(b)
-    if not (cmath.isfinite(a) and cmath.isfinite(b)):
-        return a == b
-    return abs(a - b) <= max(rel_tol * max(abs(a), abs(b)), abs_tol)
+    return cmath.isfinite(b) and abs(a - b) <= max(rel_tol * max(abs(a), abs(b)), abs_tol)
 
 
 def _numbers_equal(got: tuple[Any, bool], want: tuple[Any, bool], s: dict[str, Any]) -> bool:
     """Overrides 1 and 4: relative tolerance, percent read as a fraction only when configured."""
     (a, a_pct), (b, b_pct) = got, want
-    candidates = [a]
-    if s["percent_as_fraction"] and a_pct != b_pct:
-        candidates.append(a / 100 if a_pct else a * 100)
+    candidates = [a] + ([a / 100 if a_pct else a * 100] if s["percent_as_fraction"] and a_pct != b_pct else [])
     return any(_close(c, b, s["rel_tol"], s["abs_tol"]) for c in candidates)
 
 

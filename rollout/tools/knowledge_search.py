@@ -10,9 +10,7 @@ bm25s, not tantivy: exact configurable formula, numpy only (tantivy fixes k1=1.2
 A user corpus is a JSONL or Parquet file of passages with fields ``id``, ``text`` and optional
 ``title`` (``[tools.knowledge] corpus_path``); rows missing ``id`` or ``text`` make the build fail
 with the row number (an operator error, raised once at start).
-
-Not covered: phrase queries, incremental updates, corpora that do not fit in memory (100k passages:
-BENCHMARKS.md).
+Not covered: phrase queries, incremental updates, corpora that do not fit in memory (100k: BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -21,6 +19,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from streamgrpo.rollout.tools.base import Param, Tool, ToolExample, ToolSpec
 from streamgrpo.rollout.tools.errors import ToolConfigError, ToolInputError
@@ -51,14 +51,12 @@ class BM25Index:
         self._bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
         vocab: dict[str, int] = {}  # token ids assigned while tokenising: bm25s skips its own vocab pass
         ids = [[vocab.setdefault(t, len(vocab)) for t in tokenize(f"{p.title} {p.text}")] for p in self.passages]
-        if self.passages:
+        if self.passages:  # bm25s cannot index an empty corpus
             self._bm25.index((ids, vocab), show_progress=False)
 
     def _scores(self, query: str) -> Any:
         """(N,) float32 scores of every passage; None when no query term is in the corpus."""
-        if not self.passages:
-            return None
-        vocab = self._bm25.vocab_dict
+        vocab = getattr(self._bm25, "vocab_dict", {})  # absent for an empty corpus
         ids = sorted({vocab[t] for t in tokenize(query) if t in vocab})
         return self._bm25.get_scores_from_ids(ids) * self._scale if ids else None
 
@@ -69,8 +67,6 @@ class BM25Index:
 
     def search(self, query: str, k: int) -> list[tuple[Passage, float]]:
         """Top ``k`` passages by score (ties by corpus order); empty when nothing matches."""
-        import numpy as np
-
         s = self._scores(query)
         if s is None:
             return []
