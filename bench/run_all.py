@@ -30,6 +30,8 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "generation": (["bench_generation.py", "--threads", "1", "--rounds", "3", "--long-prompt"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
     "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
     "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step: log-probs of action tokens only vs full logits (SmolLM2-135M, CPU)"),
+    "search": (["bench_search.py", "--passages", "100000", "--queries", "1000"], "Knowledge search: own BM25 vs bm25s on 100k passages"),
+    "math_agreement": (["bench_math_agreement.py"], "Math judge: v1 (own parser) vs v2 (math-verify) on the case table"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
     "learning": (["bench_learning.py", "1260"], "Learning on the built-in tasks: one `streamgrpo run` on the CPU"),
 }
@@ -52,6 +54,16 @@ NOTES: dict[str, str] = {
                     "the KL term on, 2 micro-batches); each mode in its own process. `action_only` runs the output "
                     "head on the hidden states of the action positions; `full_logits` is the previous path, "
                     "(B, T, V) logits over every prompt token. The losses are identical.",
+    "search": "Synthetic DPR-shaped passages (Zipf words, stop words, numbers; seeded) and questions made from "
+              "random passages; each implementation in its own process on the same corpus. `own` is the "
+              "pure-Python BM25 the tool had before (Counter per passage, postings walked per query); `bm25s` "
+              "precomputes every term's score per passage in a sparse matrix, so a query sums a few columns. "
+              "Same tokens, same Okapi scores (top-1 agreement). Build time includes tokenising.",
+    "math_agreement": "Expected verdicts are the test table's (tests/unit/judge/test_judge_cases.py). `math-verify "
+                      "alone` is its default use, `verify(parse('$truth$'), parse(answer))`, not run on hostile "
+                      "inputs (unbounded there). The v2 rows that differ from it are the judge's adapter (bare "
+                      "LaTeX and expressions read whole) and its documented overrides (judge/scorers/math.py). "
+                      "The per-check time of v2 includes the round trip to its isolated process.",
     "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
                "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
                "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "

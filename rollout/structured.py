@@ -71,7 +71,7 @@ def extract_object(text: str) -> tuple[dict[str, Any] | None, ParseStatus, str |
     repaired: Any
     try:
         repaired = json_repair.repair_json(stripped, return_objects=True, skip_json_loads=True)
-    except (RecursionError, ValueError) as exc:  # hostile nesting; never raise on model text
+    except (RecursionError, ValueError):  # hostile nesting; never raise on model text
         repaired = None
     if isinstance(repaired, list):
         repaired = next((x for x in repaired if isinstance(x, dict)), None)
