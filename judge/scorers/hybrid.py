@@ -2,7 +2,8 @@
 
 score = correctness_weight * correctness + format_weight * format - tool_penalty_component, where
 - correctness: the math judge when a ground truth is mathematical (``is_math_truth``: digits, a
-  LaTeX command or a lone letter and no words, or a number plus a unit word), else the qa judge (``correctness = "auto"``); or forced;
+  LaTeX command or a lone letter and no words, or a number plus a unit word), else the qa judge
+  (``correctness = "auto"``); or forced;
 - format (0..1): mean of three checks — the answer is non-empty, at most ``max_answer_chars``
   long, and the rollout ended ANSWERED (not MAX_TURNS);
 - tool penalty: ``tool_penalty`` per tool call beyond ``tool_budget``, capped at ``tool_penalty_cap``
