@@ -58,7 +58,10 @@ NOTES: dict[str, str] = {
               "random passages; each implementation in its own process on the same corpus. `own` is the "
               "pure-Python BM25 the tool had before (Counter per passage, postings walked per query); `bm25s` "
               "precomputes every term's score per passage in a sparse matrix, so a query sums a few columns. "
-              "Same tokens, same Okapi scores (top-1 agreement). Build time includes tokenising.",
+              "Same tokens, same Okapi scores (top-1 agreement). Build time includes tokenising: bm25s builds "
+              "slower (its per-passage Python passes: document frequencies, then term counts; a one-time cost "
+              "when the tool starts), holds the index in about a quarter of the memory and answers a query "
+              "two orders of magnitude faster. The machine was loaded (load average 11-13 on 2 cores).",
     "math_agreement": "Expected verdicts are the test table's (tests/unit/judge/test_judge_cases.py). `math-verify "
                       "alone` is its default use, `verify(parse('$truth$'), parse(answer))`, not run on hostile "
                       "inputs (unbounded there). The v2 rows that differ from it are the judge's adapter (bare "
