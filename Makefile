@@ -51,7 +51,7 @@ test-e2e: setup ## Slow end-to-end tests on SmolLM2 (also run by CI)
 
 test-all: test test-e2e ## Both suites
 
-bench: setup ## Benchmarks (codec, broker, streams, generation, rollout, trainer step); results go to BENCHMARKS.md
+bench: setup ## Benchmarks (codec, broker, streams, generation, rollout, trainer step, search, math judge agreement); results go to BENCHMARKS.md
 	$(BIN)/python bench/run_all.py
 
 bench-long: setup ## The long benchmarks: TRL side-by-side (~15 min) and a 21-minute learning run

@@ -1,8 +1,9 @@
 """The `hybrid` judge: a weighted sum of correctness, format and tool-use components.
 
 score = correctness_weight * correctness + format_weight * format - tool_penalty_component, where
-- correctness: the math judge when a ground truth is mathematical (``is_math_truth``: it parses
-  whole, or is a number plus a unit word), else the qa judge (``correctness = "auto"``); or forced;
+- correctness: the math judge when a ground truth is mathematical (``is_math_truth``: digits, a
+  LaTeX command or a lone letter and no words, or a number plus a unit word), else the qa judge
+  (``correctness = "auto"``); or forced;
 - format (0..1): mean of three checks — the answer is non-empty, at most ``max_answer_chars``
   long, and the rollout ended ANSWERED (not MAX_TURNS);
 - tool penalty: ``tool_penalty`` per tool call beyond ``tool_budget``, capped at ``tool_penalty_cap``
@@ -17,8 +18,7 @@ from __future__ import annotations
 
 from streamgrpo.judge.config import HybridSettings, MathSettings, QASettings
 from streamgrpo.judge.scorers.base import Candidate, Score, SingleScorer, rubric_hash
-from streamgrpo.judge.scorers.math import MathScorer
-from streamgrpo.judge.scorers.mathparse import is_math_truth
+from streamgrpo.judge.scorers.math import MathScorer, is_math_truth
 from streamgrpo.judge.scorers.qa import QAScorer
 
 RUBRIC_VERSION = "hybrid-v1"

@@ -21,8 +21,7 @@ from streamgrpo.judge.config import LLMSettings, MathSettings, QASettings
 from streamgrpo.judge.endpoint import ChatEndpoint
 from streamgrpo.judge.errors import JudgeCallError, ScoringError, VerdictParseError
 from streamgrpo.judge.scorers.base import Candidate, Score, SingleScorer, rubric_hash
-from streamgrpo.judge.scorers.math import MathScorer
-from streamgrpo.judge.scorers.mathparse import is_math_truth
+from streamgrpo.judge.scorers.math import MathScorer, is_math_truth
 from streamgrpo.judge.scorers.qa import QAScorer
 from streamgrpo.judge.scorers.verdict import parse_verdict
 from streamgrpo.redact import redact, register_secrets_in

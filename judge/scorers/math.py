@@ -1,96 +1,202 @@
-"""The `math` judge: is the model's final answer numerically/symbolically equal to a ground truth?
+"""The `math` judge: is the model's final answer mathematically equal to a ground truth?
 
-Extraction and parsing live in :mod:`mathparse`. Equality:
-- numbers: ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)`` (default rel 1e-6: "3.14159" equals
-  pi, "3.14" does not; "0.333" does not equal 1/3);
-- percentages: "50%" equals 50, and also 0.5 when ``percent_as_fraction``;
-- expressions with variables: equal values at fixed probe points (no ``simplify``: bounded time);
-- tuples: same length, element-wise equal.
-Score 1.0 when any ground truth matches, else 0.0. A ground truth that does not parse never matches.
+Reading and comparing are math-verify's (HuggingFace's verifier, used by open-r1 and TRL): LaTeX via
+latex2sympy2_extended's grammar; string, numeric, symbolic, set/interval, relation, matrix equality.
+Adapter: a text without delimiters of its own (``$``, ``\\(``, ``\\[``, ``\\boxed``) is also read whole
+as one LaTeX expression (``$text$``, at most ``max_expr_chars``), besides math-verify's extraction
+(boxed, "final answer is", LaTeX environments, last number). A truth's whole reading wins; an
+answer's whole reading wins when its free symbols all occur in the truth ("2x+1" is an expression,
+"I don't know" is not the product I*d*o*n*...). Overrides, where math-verify alone is wrong for
+this judge (each has a test case):
+1. plain numbers compare by relative tolerance (``rel_tol``, ``abs_tol``), two exact rationals
+   exactly: math-verify rounds floats to 6 decimals (3.14159 != pi, 1e-7 == 4e-7);
+2. a whole answer "1.5e3" / "2e-3" (Python's float notation, what the calculator prints) is
+   1.5*10^3: math-verify reads the e as Euler's number, or stops at it (1.5);
+3. a whole answer "3 1/2" is the mixed number 7/2 (math-verify: 2);
+4. "50%" equals 50, and 0.5 only with ``percent_as_fraction`` (math-verify: always both).
+Bounds, before parsing: over ``_MAX_POWERS`` powers or brackets deeper than ``_MAX_DEPTH`` read
+nothing, only the last ``_MAX_TEXT`` characters are read; after parsing, exponents over
+``max_exponent`` are refused before any comparison. :func:`check` runs in a child process
+(:mod:`isolated`; math-verify's own ``signal.alarm`` timeout fails off the main thread): a soft
+budget ``_BUDGET_S``, a hard deadline that kills it, 2 GiB of address space; any thread may call.
+Score 1.0 when any ground truth matches, else 0.0.
 
-What is not covered: partial credit, answers that are words ("seven"), the checks in mathparse's
-"not covered" list.
+What is not covered: partial credit, words for numbers ("seven"), unit conversion (units are
+dropped), scientific notation inside prose ("about 1.5e3 m" reads 1.5).
 """
 
 from __future__ import annotations
 
 import cmath
+import functools
+import logging
+import re
 from collections.abc import Sequence
+from importlib.metadata import version
+from itertools import accumulate
+from typing import Any
 
 import sympy
 
 from streamgrpo.judge.config import MathSettings
+from streamgrpo.judge.errors import ScoringError
 from streamgrpo.judge.scorers.base import Candidate, Score, SingleScorer, rubric_hash
-from streamgrpo.judge.scorers.mathparse import MathValue, extract_value
+from streamgrpo.judge.scorers.isolated import DeadlineExceeded, IsolatedCallError, IsolatedFunction
 
-RUBRIC_VERSION = "math-v1"
-_PROBES = (0.3719, 1.2913, 2.7183, -0.8171)
+RUBRIC_VERSION = "math-v2"
+_BUDGET_S, _HARD_S, _MEM = 10.0, 30.0, 2 << 30  # math-verify's own defaults: 5 s parse + 5 s compare
+_MAX_TEXT, _MAX_POWERS, _MAX_DEPTH = 4000, 12, 12
+_DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox")
+_SCI = re.compile(r"(-?\d+(?:\.\d+)?)[eE]([-+]?\d+)")
+_MIXED = re.compile(r"(-?)(\d+)\s+(\d+)\s*/\s*(\d+)")
+_OPEN, _CLOSE = "({[", ")}]"
+log = logging.getLogger(__name__)
 
 
-def _close(a: complex, b: complex, rel_tol: float, abs_tol: float) -> bool:
-    if not (cmath.isfinite(a) and cmath.isfinite(b)):
-        return a == b
-    return abs(a - b) <= max(rel_tol * max(abs(a), abs(b)), abs_tol)
+def _hostile(text: str) -> bool:
+    """Too many powers or too deep brackets: refused unread (the grammar and sympy blow up on them)."""
+    depth = max(accumulate((c in _OPEN) - (c in _CLOSE) for c in text), default=0)
+    return text.count("^") + text.count("**") > _MAX_POWERS or depth > _MAX_DEPTH
 
 
-def _numeric(expr: sympy.Basic, subs: dict[sympy.Symbol, float] | None = None) -> complex | None:
+def _rewrite_whole(text: str, max_exponent: int) -> str | None:
+    """Overrides 2 and 3 (the whole answer is a float literal or a mixed number); None: refuse it."""
+    if m := _SCI.fullmatch(text):
+        return f"{m[1]}\\times 10^{{{int(m[2])}}}" if abs(int(m[2])) <= max_exponent else None
+    if m := _MIXED.fullmatch(text):
+        return f"{m[1]}({m[2]}+\\frac{{{m[3]}}}{{{m[4]}}})"
+    return text
+
+
+def _powers_bounded(expr: Any, max_exponent: int) -> bool:
+    """Reject power towers and huge literal exponents before anything is evaluated (post-order walk)."""
+    if not isinstance(expr, sympy.Basic):
+        return True
+    if not all(_powers_bounded(arg, max_exponent) for arg in expr.args):
+        return False
+    if isinstance(expr, sympy.Pow) and not expr.exp.free_symbols:
+        try:
+            return abs(complex(sympy.N(expr.exp, 15))) <= max_exponent
+        except (TypeError, ValueError, OverflowError):
+            return False
+    return True
+
+
+def _first(parsed: list[Any], max_exponent: int) -> Any:
+    """The sympy value of a math-verify reading (it is [value, source string]); None when unread."""
+    value = parsed[0] if parsed else None
+    ok = isinstance(value, (sympy.Basic, sympy.MatrixBase)) and _powers_bounded(value, max_exponent)
+    return value if ok else None
+
+
+def _number(expr: Any) -> tuple[Any, bool] | None:
+    """(value, written with %) of a plain number: an exact Rational, else a complex; None otherwise."""
+    from math_verify.grader import get_pct_val
+
+    pct = get_pct_val(expr)
+    inner = expr if pct is None else pct
+    if not isinstance(inner, sympy.Expr) or inner.free_symbols:
+        return None
     try:
-        value = sympy.N(expr.subs(subs) if subs else expr, 30)
-        return complex(value)
+        exact = inner.doit()
+        return (exact if isinstance(exact, sympy.Rational) else complex(sympy.N(inner, 30))), pct is not None
     except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError):
         return None
 
 
-def _expr_equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float, abs_tol: float) -> bool:
-    if isinstance(a, sympy.Tuple) or isinstance(b, sympy.Tuple):
-        if not (isinstance(a, sympy.Tuple) and isinstance(b, sympy.Tuple)) or len(a) != len(b):
-            return False
-        return all(_expr_equal(x, y, rel_tol, abs_tol) for x, y in zip(a, b, strict=True))
-    if a.is_Number and b.is_Number:  # fast path (exact rationals and floats)
-        try:
-            return _close(complex(float(a)), complex(float(b)), rel_tol, abs_tol)
-        except OverflowError:
-            pass
-    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
-    if not symbols:
-        va, vb = _numeric(a), _numeric(b)
-        return va is not None and vb is not None and _close(va, vb, rel_tol, abs_tol)
-    if a.free_symbols != b.free_symbols:
-        return False
-    checked = 0
-    for k, probe in enumerate(_PROBES):
-        subs = {s: probe + 0.137 * i + 0.01 * k for i, s in enumerate(symbols)}
-        va, vb = _numeric(a, subs), _numeric(b, subs)
-        if va is None or vb is None or not (cmath.isfinite(va) and cmath.isfinite(vb)):
+def _close(a: Any, b: Any, rel_tol: float, abs_tol: float) -> bool:
+    """Exact for two Rationals (1000001 != 1000000); else |a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)."""
+    if isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational) or not cmath.isfinite(complex(a)):
+        return bool(a == b)
+    a, b = complex(a), complex(b)
+    return cmath.isfinite(b) and abs(a - b) <= max(rel_tol * max(abs(a), abs(b)), abs_tol)
+
+
+def _numbers_equal(got: tuple[Any, bool], want: tuple[Any, bool], s: dict[str, Any]) -> bool:
+    """Overrides 1 and 4: relative tolerance, percent read as a fraction only when configured."""
+    (a, a_pct), (b, b_pct) = got, want
+    candidates = [a] + ([a / 100 if a_pct else a * 100] if s["percent_as_fraction"] and a_pct != b_pct else [])
+    return any(_close(c, b, s["rel_tol"], s["abs_tol"]) for c in candidates)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read(text: str, max_expr_chars: int, max_exponent: int) -> tuple[Any, Any]:
+    """(whole reading, extraction reading) of one text; either may be None (cached: sympy values are immutable)."""
+    from math_verify import parse
+
+    text = text.strip()[-_MAX_TEXT:]
+    if _hostile(text):
+        return None, None
+    whole = None
+    if not _DELIMITED.search(text) and len(text) <= max_expr_chars:
+        rewritten = _rewrite_whole(text, max_exponent)
+        if rewritten is None:
+            return None, None
+        whole = _first(parse(f"${rewritten}$", parsing_timeout=None), max_exponent)  # type: ignore[arg-type]
+    extracted = _first(parse(text, parsing_timeout=None), max_exponent)  # type: ignore[arg-type]
+    return whole, extracted
+
+
+def check(answer: str, truths: tuple[str, ...], s: dict[str, Any]) -> bool | None:
+    """The verdict (runs in the child process): True/False; None when the answer reads as nothing."""
+    from math_verify import verify
+
+    bounds = (s["max_expr_chars"], s["max_exponent"])
+    whole, extracted = _read(answer, *bounds)
+    read = extracted is not None  # else only a whole reading that compares with some truth counts
+    for truth in truths:
+        gold_whole, gold_extracted = _read(truth, *bounds)
+        gold = gold_whole if gold_whole is not None else gold_extracted
+        if gold is None:
             continue
-        if not _close(va, vb, rel_tol, abs_tol):
-            return False
-        checked += 1
-    return checked > 0
+        symbols: set[Any] = getattr(gold, "free_symbols", set())
+        got = whole if whole is not None and whole.free_symbols <= symbols else extracted
+        if got is None:
+            continue
+        read = True
+        a, b = _number(got), _number(gold)
+        if a is not None and b is not None:
+            if _numbers_equal(a, b, s):
+                return True
+        elif verify(gold, got, timeout_seconds=None):
+            return True
+    return False if read else None
 
 
-def values_equal(answer: MathValue, truth: MathValue, settings: MathSettings) -> bool:
-    """Equality of two parsed values under the tolerance and percent rules above."""
-    candidates = [answer.expr]
-    if answer.percent and settings.percent_as_fraction and not truth.percent:
-        candidates.append(answer.expr / 100)
-    if truth.percent and settings.percent_as_fraction and not answer.percent:
-        candidates.append(answer.expr * 100)
-    return any(_expr_equal(c, truth.expr, settings.rel_tol, settings.abs_tol) for c in candidates)
+def _warm() -> None:
+    """Child start: import math-verify, compile its patterns, set up sympy's simplify (~1 s the first time)."""
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout disabled" warning: ours is on
+    check("x^2-1", ("(x-1)(x+1)",), MathSettings().model_dump())
+
+
+@functools.cache
+def _verifier() -> IsolatedFunction:
+    """The process-wide child that runs :func:`check` (started on the first call)."""
+    return IsolatedFunction(check, soft_s=_BUDGET_S, hard_s=_HARD_S, mem_bytes=_MEM, init=_warm)
 
 
 def math_equal(answer: str, truths: Sequence[str], settings: MathSettings | None = None) -> bool | None:
-    """True/False when the answer parses; None when no number or expression can be read from it."""
-    settings = settings or MathSettings()
-    bounds = {"max_chars": settings.max_expr_chars, "max_exponent": settings.max_exponent}
-    got = extract_value(answer, **bounds)
-    if got is None:
+    """True/False when the answer reads; None when nothing can be read from it within the bounds."""
+    try:
+        return _verifier()(answer, tuple(truths), (settings or MathSettings()).model_dump())  # type: ignore[no-any-return]
+    except DeadlineExceeded as exc:
+        log.warning("math check refused: %s", exc)
         return None
-    for truth in truths:
-        want = extract_value(truth, **bounds)
-        if want is not None and values_equal(got, want, settings):
-            return True
-    return False
+    except IsolatedCallError as exc:
+        raise ScoringError(f"math judge failed: {exc}") from exc
+
+
+_NON_MATH_WORD = re.compile(r"(?<![A-Za-z\\])(?!(?:sqrt|pi|sin|cos|tan|log|ln|exp)\b)[A-Za-z]{2,}")
+_NUMBER_AND_UNIT = re.compile(r"\s*-?[\d.,/]*\d\s*%?\s*[A-Za-z]+\.?\s*")
+
+
+@functools.lru_cache(maxsize=8192)
+def is_math_truth(text: str) -> bool:
+    """True when a ground truth is mathematical: it has a digit, a LaTeX command or a lone letter and no
+    words ("x = 5", "\\pi", "(1, 2)"), or it is a number plus one unit word ("12 cm")."""
+    if not re.search(r"\d|\\[A-Za-z]|(?<![A-Za-z])[A-Za-z](?![A-Za-z])", text):
+        return False
+    return not _NON_MATH_WORD.search(text) or _NUMBER_AND_UNIT.fullmatch(text) is not None
 
 
 class MathScorer(SingleScorer):
@@ -102,7 +208,9 @@ class MathScorer(SingleScorer):
 
     def __init__(self, settings: MathSettings | None = None) -> None:
         self.settings = settings or MathSettings()
-        self.rubric_hash = rubric_hash(RUBRIC_VERSION, self.settings.model_dump_json())
+        self.rubric_hash = rubric_hash(RUBRIC_VERSION, self.settings.model_dump_json(),
+                                       f"math-verify {version('math-verify')}",
+                                       f"latex2sympy2_extended {version('latex2sympy2_extended')}")
 
     def score(self, candidate: Candidate) -> Score:
         verdict = math_equal(candidate.answer, candidate.ground_truths, self.settings)

@@ -1,26 +1,26 @@
-"""BM25 search over a corpus of passages (default: the built-in fact archive).
+"""BM25 search over a corpus of passages (default: the built-in fact archive), on bm25s.
 
-:class:`BM25Index` is Okapi BM25 (k1=1.5, b=0.75, Lucene-style idf ``log(1 + (N-n+0.5)/(n+0.5))``)
-over a simple tokenizer: lower-cased ``[a-z0-9]+`` runs, numbers kept whole (``1369`` is one token,
-which is what year/number lookups need), a short English stop-word list removed. Ties are broken
-by corpus order, so results are deterministic.
+:class:`BM25Index`: bm25s's eager sparse BM25 (Lucene idf ``log(1 + (N-n+0.5)/(n+0.5))``, k1=1.5,
+b=0.75; float32 scores times (k1 + 1), the classic Okapi values that Lucene 8+ and bm25s drop) on our
+tokens: lower-cased ``[a-z0-9]+`` runs, numbers whole (``1369``), one-letter tokens kept, a short
+English stop-word list removed; no stemming (Snowball moved none of the 110 built-in lookups and
+merges "founded" with "found"). Repeated query words count once; ties go by corpus order.
+bm25s, not tantivy: exact configurable formula, numpy only (tantivy fixes k1=1.2, stores lengths lossily).
 
 A user corpus is a JSONL or Parquet file of passages with fields ``id``, ``text`` and optional
 ``title`` (``[tools.knowledge] corpus_path``); rows missing ``id`` or ``text`` make the build fail
 with the row number (an operator error, raised once at start).
-
-Not covered: stemming, phrase queries, incremental updates, corpora that do not fit in memory
-(fine up to a few hundred thousand passages).
+Not covered: phrase queries, incremental updates, corpora that do not fit in memory (100k: BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from streamgrpo.rollout.tools.base import Param, Tool, ToolExample, ToolSpec
 from streamgrpo.rollout.tools.errors import ToolConfigError, ToolInputError
@@ -41,41 +41,40 @@ def tokenize(text: str) -> list[str]:
 
 
 class BM25Index:
-    """Okapi BM25 over a fixed list of passages."""
+    """Okapi BM25 (bm25s, Lucene idf) over a fixed list of passages."""
 
     def __init__(self, passages: Sequence[Passage], k1: float = 1.5, b: float = 0.75) -> None:
+        import bm25s
+
         self.passages = list(passages)
-        self.k1, self.b = k1, b
-        self.doc_tf: list[Counter[str]] = [Counter(tokenize(f"{p.title} {p.text}")) for p in self.passages]
-        self.doc_len = [sum(tf.values()) for tf in self.doc_tf]
-        self.avg_len = sum(self.doc_len) / len(self.doc_len) if self.doc_len else 0.0
-        df: Counter[str] = Counter()
-        for tf in self.doc_tf:
-            df.update(tf.keys())
-        n = len(self.passages)
-        self.idf = {term: math.log(1.0 + (n - f + 0.5) / (f + 0.5)) for term, f in df.items()}
-        self.postings: dict[str, list[int]] = {}
-        for i, tf in enumerate(self.doc_tf):
-            for term in tf:
-                self.postings.setdefault(term, []).append(i)
+        self._scale = k1 + 1  # bm25s follows Lucene >= 8 in dropping Okapi's (k1 + 1) factor; ranks are the same
+        self._bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
+        vocab: dict[str, int] = {}  # token ids assigned while tokenising: bm25s skips its own vocab pass
+        ids = [[vocab.setdefault(t, len(vocab)) for t in tokenize(f"{p.title} {p.text}")] for p in self.passages]
+        if self.passages:  # bm25s cannot index an empty corpus
+            self._bm25.index((ids, vocab), show_progress=False)
+
+    def _scores(self, query: str) -> Any:
+        """(N,) float32 scores of every passage; None when no query term is in the corpus."""
+        vocab = getattr(self._bm25, "vocab_dict", {})  # absent for an empty corpus
+        ids = sorted({vocab[t] for t in tokenize(query) if t in vocab})
+        return self._bm25.get_scores_from_ids(ids) * self._scale if ids else None
 
     def scores(self, query: str) -> dict[int, float]:
         """BM25 score of every passage sharing at least one query term (doc index -> score)."""
-        out: dict[int, float] = {}
-        for term in set(tokenize(query)):
-            idf = self.idf.get(term)
-            if idf is None:
-                continue
-            for i in self.postings[term]:
-                tf = self.doc_tf[i][term]
-                norm = tf + self.k1 * (1 - self.b + self.b * self.doc_len[i] / (self.avg_len or 1.0))
-                out[i] = out.get(i, 0.0) + idf * tf * (self.k1 + 1) / norm
-        return out
+        s = self._scores(query)
+        return {} if s is None else {int(i): float(s[i]) for i in s.nonzero()[0]}
 
     def search(self, query: str, k: int) -> list[tuple[Passage, float]]:
         """Top ``k`` passages by score (ties by corpus order); empty when nothing matches."""
-        ranked = sorted(self.scores(query).items(), key=lambda item: (-item[1], item[0]))
-        return [(self.passages[i], score) for i, score in ranked[:k]]
+        s = self._scores(query)
+        if s is None:
+            return []
+        k = min(k, len(s))
+        floor = s[np.argpartition(-s, k - 1)[:k]].min()  # O(N); every tie at the k-th score is kept
+        cand = np.flatnonzero((s >= floor) & (s > 0))
+        top = cand[np.lexsort((cand, -s[cand]))][:k]
+        return [(self.passages[i], float(s[i])) for i in top]
 
 
 def load_passages(path: str | Path) -> list[Passage]:

@@ -19,14 +19,14 @@ from pydantic import SecretStr
 
 from streamgrpo.judge.config import LLMSettings
 from streamgrpo.judge.endpoint import ChatEndpoint
-from streamgrpo.judge.errors import ScoringError
+from streamgrpo.judge.errors import JudgeCallError, ScoringError
 from streamgrpo.judge.scorers.base import Candidate
 from streamgrpo.judge.scorers.group_relative import GroupRelativeScorer
 from streamgrpo.judge.scorers.llm import LLMScorer
 
 
 class Stub:
-    """Scripted replies: ("ok", content) | ("status", code) | ("sleep", seconds, content)."""
+    """Scripted replies: ("ok", content) | ("status", code[, message]) | ("sleep", seconds, content)."""
 
     def __init__(self) -> None:
         self.script: list[tuple] = []
@@ -54,7 +54,8 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
                 time.sleep(step[1])
                 step = ("ok", step[2])
             if step[0] == "status":
-                payload = json.dumps({"error": {"message": "stub error", "type": "server_error"}}).encode()
+                message = step[2] if len(step) > 2 else "stub error"
+                payload = json.dumps({"error": {"message": message, "type": "server_error"}}).encode()
                 self.send_response(step[1])
             else:
                 payload = json.dumps({
@@ -220,3 +221,21 @@ def test_group_relative_http_errors_retry_then_fallback(stub: tuple[Stub, str]) 
     scores = _group(url, sleeps, max_retries=1, backoff_s=0.2).score_group(GROUP)
     assert len(s.requests) == 2 and sleeps == [0.2]
     assert all(x.is_fallback for x in scores)
+
+
+def test_error_text_never_echoes_credentials(stub: tuple[Stub, str]) -> None:
+    # a proxy that echoes the request's Authorization header into its error body
+    s, url = stub
+    echo = "bad key; you sent Authorization: Bearer sk-test-secret and api_key=sk-test-secret"
+    s.script = [("status", 401, echo), ("status", 503, echo), ("status", 503, echo)]
+    settings = LLMSettings(base_url=url, api_key=SecretStr("sk-test-secret"), model="m", max_retries=1)
+    endpoint = ChatEndpoint(settings, sleep=lambda _: None)
+    with pytest.raises(JudgeCallError) as refused:
+        endpoint.complete([{"role": "user", "content": "hi"}])
+    with pytest.raises(JudgeCallError) as failed:
+        endpoint.complete([{"role": "user", "content": "hi"}])
+    assert str(refused.value).startswith("judge endpoint refused the request: AuthenticationError (HTTP 401): bad key")
+    assert str(failed.value).startswith("judge endpoint failed 2 times; last error InternalServerError (HTTP 503)")
+    for text in (str(refused.value), str(failed.value)):
+        assert "sk-test-secret" not in text and "Authorization: ***" in text
+    assert endpoint.attempts == 3 and s.auth == ["Bearer sk-test-secret"] * 3

@@ -71,3 +71,16 @@ def test_other_role_models():
     assert parse_into('{"stop": "maybe"}', Verification).status is ParseStatus.FAILED
     a = parse_into('{"skills": "math", "tools": ["Calculator"]}', QueryAnalysis)
     assert a.value is not None and a.value.skills == ("math",) and a.value.tools == ("calculator",)
+
+
+@pytest.mark.parametrize("text", ["{" * 100_000, "[" * 5000 + "{", '{"a": "' + "x" * 1_000_000, "{'a': " * 5000])
+def test_hostile_outputs_fail_fast_with_a_reason(text):
+    # json_repair is quadratic on these; the bounds refuse them before it runs (pytest-timeout guards a hang)
+    obj, status, error = extract_object(text)
+    assert obj is None and status is ParseStatus.FAILED and "too long or too nested" in (error or "")
+
+
+def test_truncated_long_answer_is_still_repaired():
+    text = '{"answer": "' + "word " * 2000  # ~10k chars: under the bound, cut off by max_new_tokens
+    obj, status, _ = extract_object(text)
+    assert status is REPAIRED and obj == {"answer": ("word " * 2000).rstrip()}
