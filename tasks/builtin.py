@@ -496,8 +496,17 @@ def _heldout_entity_tasks() -> list[TaskRow]:
 
 @lru_cache(maxsize=1)
 def _heldout_tasks() -> tuple[TaskRow, ...]:
-    """Held-out arithmetic (new phrasings, new numbers) + tasks about the held-out entities (new numbers)."""
-    return tuple(_heldout_arithmetic() + _heldout_entity_tasks())
+    """Held-out arithmetic (new phrasings, new numbers) + tasks about the held-out entities (new numbers),
+    interleaved kind by kind, so that the first N of them (the evaluator's fixed sample) mix every kind."""
+    by_kind: dict[str, list[TaskRow]] = {}
+    for row in _heldout_arithmetic() + _heldout_entity_tasks():
+        by_kind.setdefault(row.metadata["kind"], []).append(row)
+    order: list[TaskRow] = []
+    while any(by_kind.values()):
+        for rows in by_kind.values():
+            if rows:
+                order.append(rows.pop(0))
+    return tuple(order)
 
 
 def builtin_tasks() -> list[TaskRow]:
