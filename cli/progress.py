@@ -14,13 +14,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from streamgrpo.avro import records as R
 
-TOPICS = ("tasks", "rollouts", "rewards", "groups", "training-samples", "adapter-events")
+TOPICS = ("tasks", "rollouts", "rewards", "groups", "training-samples", "adapter-events", "evaluations")
 
 
 @dataclass
@@ -48,6 +50,9 @@ class Progress:
     serving_version: int = 0
     per_version: dict[int, VersionStats] = field(default_factory=lambda: defaultdict(VersionStats))
     rewards: list[tuple[float, int, float]] = field(default_factory=list)  # (t, version, score)
+    evaluations: list[R.EvaluationCompleted] = field(default_factory=list)
+    published_at: dict[int, datetime] = field(default_factory=dict)  # version -> AdapterPublished event time
+    first_served: dict[int, datetime] = field(default_factory=dict)  # version -> first RolloutCompleted on it
     notes: list[str] = field(default_factory=list)
     _seen: set[str] = field(default_factory=set)
     started: float = field(default_factory=time.time)
@@ -62,6 +67,9 @@ class Progress:
         elif isinstance(event, R.RolloutCompleted):
             self.rollouts += 1
             self.serving_version = max(self.serving_version, event.adapter_version)
+            v, when = event.adapter_version, event.envelope.event_time
+            if v not in self.first_served or when < self.first_served[v]:
+                self.first_served[v] = when
         elif isinstance(event, R.Reward) and event.status is R.RewardStatus.OK:
             s = self.per_version[event.adapter_version]
             s.count += 1
@@ -75,6 +83,9 @@ class Progress:
             self.samples += 1
         elif isinstance(event, R.AdapterPublished):
             self.adapters.append((t, event.version, event.trainer_step, dict(event.metrics)))
+            self.published_at[event.version] = event.envelope.event_time
+        elif isinstance(event, R.EvaluationCompleted):
+            self.evaluations.append(event)
 
     def line(self) -> str:
         rewards = " ".join(f"v{v}={s.mean:.2f}(n={s.count})" for v, s in sorted(self.per_version.items())) or "-"
@@ -86,7 +97,36 @@ class Progress:
         else:
             trainer, adapters = "waiting for samples", "adapters 0"
         return (f"tasks {self.tasks} | rollouts {self.rollouts} | groups {self.groups} ({self.groups_training} trained)"
-                f" | samples {self.samples} | reward {rewards} | trainer {trainer} | {adapters}")
+                f" | samples {self.samples} | reward {rewards} | trainer {trainer} | {adapters}"
+                f" | held-out {self.heldout_line()}")
+
+    def heldout_line(self) -> str:
+        """Latest in-loop evaluation per version: ``v0 0.19 v3 0.31`` (the last 4 versions)."""
+        latest = {e.adapter_version: e for e in self.evaluations if e.trigger == "run-evaluator"}
+        if not latest:
+            return "-"
+        return " ".join(f"v{v} {e.accuracy:.2f}" for v, e in sorted(latest.items())[-4:])
+
+    def loop_closure(self) -> dict[str, Any]:
+        """How fast published adapters serve: seconds and trainer steps from AdapterPublished to the first
+        rollout completed on it; versions never served; samples the trainer dropped as stale."""
+        delays, steps = [], []
+        for v, published in sorted(self.published_at.items()):
+            served = self.first_served.get(v)
+            if served is None:
+                continue
+            delays.append((served - published).total_seconds())
+            steps.append(sum(1 for w, t in self.published_at.items() if w > v and t < served))
+        stale = sum(m.get("dropped_stale", 0.0) for _, _, _, m in self.adapters)
+        trained = sum(m.get("rollouts", 0.0) for _, _, _, m in self.adapters)
+        return {
+            "versions_published": len(self.published_at), "versions_served": len(delays),
+            "never_served": sorted(v for v in self.published_at if v not in self.first_served),
+            "publish_to_first_rollout_s": _percentiles(delays),
+            "trainer_steps_to_first_rollout": {"max": max(steps) if steps else None, **_percentiles(steps)},
+            "samples_trained": trained, "samples_dropped_stale": stale,
+            "stale_share": stale / (stale + trained) if stale + trained else 0.0,
+        }
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -99,6 +139,12 @@ class Progress:
                             for v, s in sorted(self.per_version.items())},
             "adapters": [{"version": v, "step": st, "metrics": m, "t": t - self.started}
                          for t, v, st, m in self.adapters],
+            "loop": self.loop_closure(),
+            "evaluations": [{"version": e.adapter_version, "accuracy": e.accuracy, "ci_low": e.ci_low,
+                             "ci_high": e.ci_high, "tasks": e.tasks, "task_set": e.task_set, "trigger": e.trigger,
+                             "answered_rate": e.answered_rate, "parse_failure_rate": e.parse_failure_rate,
+                             "t": e.envelope.event_time.timestamp() - self.started}
+                            for e in self.evaluations],
             "notes": self.notes,
         }
 
@@ -137,6 +183,53 @@ class Progress:
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "n": 0}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return float(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))])
+
+    return {"p50": at(0.5), "p95": at(0.95), "n": len(ordered)}
+
+
+def plot_heldout(evaluations: list[Any], started: float, path: Path) -> bool:
+    """Held-out accuracy with 95% intervals, per adapter version and over wall time; False when none."""
+    points = sorted(((e.adapter_version, e) for e in evaluations), key=lambda p: p[0])
+    if not points:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for trigger, marker, colour in (("run-evaluator", "o", "tab:purple"), ("run-final", "s", "tab:red")):
+        chosen = [e for _, e in points if e.trigger == trigger]
+        if not chosen:
+            continue
+        label = {"run-evaluator": "in-loop sample", "run-final": "full held-out split (end of run)"}[trigger]
+        xs = [e.adapter_version for e in chosen]
+        ys = [e.accuracy for e in chosen]
+        err = [[y - e.ci_low for y, e in zip(ys, chosen, strict=True)], [e.ci_high - y for y, e in zip(ys, chosen, strict=True)]]
+        ax1.errorbar(xs, ys, yerr=err, fmt=marker + "-", color=colour, capsize=3, label=f"{label} (n={chosen[0].tasks})")
+        ts = [(e.envelope.event_time.timestamp() - started) / 60 for e in chosen]
+        ax2.errorbar(ts, ys, yerr=err, fmt=marker, color=colour, capsize=3, label=label)
+    ax1.set_xlabel("adapter version (0 = base model)")
+    ax2.set_xlabel("minutes since the run started")
+    for ax in (ax1, ax2):
+        ax.set_ylabel("held-out accuracy (correctness only, greedy)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(loc="upper left", fontsize=8)
+    ax1.set_title("held-out accuracy per adapter version (95% CI)")
+    ax2.set_title("held-out accuracy over time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 class RunTracker:

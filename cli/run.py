@@ -29,6 +29,7 @@ from typing import Any
 
 import click
 
+from streamgrpo import config
 from streamgrpo.cli.progress import Progress, RunTracker
 
 log = logging.getLogger(__name__)
@@ -111,10 +112,12 @@ class Supervisor:
             c.stop(grace_s)
 
 
-def _children(cfg: RunSettings, exe: list[str]) -> list[Child]:
+def _children(cfg: RunSettings, exe: list[str], evaluator: bool) -> list[Child]:
     kids = [Child("streams", exe + ["streams"]), Child("judge", exe + ["judge"])]
     kids += [Child(f"rollout-{i}", exe + ["rollout"]) for i in range(cfg.rollout_workers)]
     kids.append(Child("trainer", exe + ["trainer"]))
+    if evaluator:
+        kids.append(Child("evaluator", exe + ["evaluator"]))
     return kids
 
 
@@ -129,6 +132,7 @@ class RunSettings:
     bootstrap: str | None
     config_path: str | None
     until_version: int | None = None
+    final_eval: bool = True
 
 
 def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
@@ -204,7 +208,6 @@ def execute(cfg: RunSettings) -> Path:
         broker = EmbeddedBroker(run_dir)
         bootstrap = broker.start().bootstrap
         click.echo(f"embedded broker up on {bootstrap} (memory storage; log {run_dir / 'run' / 'broker.log'})")
-    from streamgrpo import config
     from streamgrpo.config import KafkaSettings
 
     kafka = config.load(KafkaSettings, "kafka", path=cfg.config_path, overrides={"bootstrap": bootstrap})
@@ -214,7 +217,11 @@ def execute(cfg: RunSettings) -> Path:
         config_file = _write_config(cfg, run_dir)
         env = dict(os.environ, STREAMGRPO_BOOTSTRAP=bootstrap, STREAMGRPO_CONFIG=str(config_file),
                    PYTHONUNBUFFERED="1")
-        sup = Supervisor(_children(cfg, [sys.executable, "-m", "streamgrpo.cli"]), env, run_dir / "logs")
+        from streamgrpo.evaluation.service import EvaluatorSettings
+
+        evaluator = config.load(EvaluatorSettings, "evaluator", path=config_file)
+        children = _children(cfg, [sys.executable, "-m", "streamgrpo.cli"], evaluator.enabled)
+        sup = Supervisor(children, env, run_dir / "logs")
         sup.start_all()
         click.echo(f"started {', '.join(c.name for c in sup.children)} (logs in {run_dir / 'logs'})")
         tracker = RunTracker(kafka)
@@ -229,6 +236,8 @@ def execute(cfg: RunSettings) -> Path:
         if "tracker" in locals():
             tracker.stop()
         report_dir = run_dir / "report"
+        if "tracker" in locals() and cfg.final_eval and "config_file" in locals():
+            final_evaluation(config_file, kafka, tracker.progress)
         if "tracker" in locals():
             write_report(tracker.progress, report_dir, sup.children if "sup" in locals() else [])
             click.echo(f"report: {report_dir}")
@@ -278,8 +287,45 @@ def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_versio
         click.echo("\ninterrupted")
 
 
+def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
+    """The base model and the last adapter on the FULL held-out split, greedy; published (trigger
+    ``run-final``) and added to the report. Runs after the children stopped, so it has the CPU."""
+    from streamgrpo.avro import records as R
+    from streamgrpo.errors import StreamGRPOError
+    from streamgrpo.evaluation.adapters import base_target, from_event
+    from streamgrpo.evaluation.service import EvaluatorSettings
+    from streamgrpo.evaluation.session import EvalSession
+
+    settings = config.load(EvaluatorSettings, "evaluator", path=config_file)
+    session = EvalSession.from_config(str(config_file), bootstrap=kafka.bootstrap)
+    events = session.events() or []
+    published = {e.version: e for e in events if isinstance(e, R.AdapterPublished)
+                 and e.adapter_name == session.loop.adapter_name}
+    targets = [base_target(session.loop.adapter_name)]
+    if published:
+        try:
+            targets.append(from_event(published[max(published)]))
+        except StreamGRPOError as exc:
+            click.echo(f"final evaluation: the last adapter does not verify ({exc}); base model only")
+    rows = session.load_tasks(settings.tasks)
+    click.echo(f"final evaluation on {len(rows)} held-out tasks ({settings.tasks}): "
+               + ", ".join(t.label for t in targets))
+    spec = session.spec(settings.tasks, batch_size=settings.batch_size)
+
+    def show(label: str) -> Any:
+        return lambda done, total, acc: click.echo(f"\r  {label}: {done}/{total} tasks, accuracy {acc:.3f}",
+                                                   nl=done == total)
+
+    runs = [session.run_one(t, rows, spec, show) for t in targets]
+    session.publish(runs, required=False, trigger="run-final")
+    for r in runs:
+        progress.apply(r.run.event(session.judge.info, trigger="run-final", service="run"))
+
+
 def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
-    """summary.json, summary.md and the reward-per-version plot."""
+    """summary.json, summary.md, the reward-per-version plot and the held-out accuracy plot."""
+    from streamgrpo.cli.progress import plot_heldout
+
     out.mkdir(parents=True, exist_ok=True)
     summary = progress.summary()
     summary["restarts"] = {c.name: c.restarts for c in children}
@@ -287,11 +333,38 @@ def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
     plot = out / "reward_per_version.png"
     progress.plot(plot)
     lines = ["# streamgrpo run report", "", f"![reward per adapter version]({plot.name})", ""]
+    if plot_heldout(progress.evaluations, progress.started, out / "heldout_accuracy.png"):
+        lines += ["![held-out accuracy per adapter version](heldout_accuracy.png)", ""]
+    lines += _heldout_lines(summary) + _loop_lines(summary["loop"])
     lines += [f"- {k}: {v}" for k, v in summary.items() if not isinstance(v, (dict, list))]
     lines += ["", "| adapter version | rewards | mean reward | success rate |", "|---|---|---|---|"]
     for v, s in sorted(summary["per_version"].items(), key=lambda kv: int(kv[0])):
         lines.append(f"| v{v} | {s['count']} | {s['mean_reward']:.3f} | {s['success_rate']:.3f} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def _heldout_lines(summary: dict[str, Any]) -> list[str]:
+    final = [e for e in summary["evaluations"] if e["trigger"] == "run-final"]
+    if not final:
+        return []
+    out = ["## Held-out accuracy at the end of the run (full split, greedy, correctness only)", "",
+           "| version | accuracy | 95% CI | answered | parse failures |", "|---|---|---|---|---|"]
+    out += [f"| v{e['version']} | {e['accuracy']:.3f} | [{e['ci_low']:.3f}, {e['ci_high']:.3f}] | "
+            f"{e['answered_rate']:.3f} | {e['parse_failure_rate']:.3f} |" for e in final]
+    return out + [""]
+
+
+def _loop_lines(loop: dict[str, Any]) -> list[str]:
+    delay, steps = loop["publish_to_first_rollout_s"], loop["trainer_steps_to_first_rollout"]
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}"
+
+    return ["## Loop closure", "",
+            f"- adapters published {loop['versions_published']}, served {loop['versions_served']}"
+            f" (never served: {loop['never_served'] or 'none'})",
+            f"- publication -> first rollout completed on it: p50 {fmt(delay['p50'])} s, p95 {fmt(delay['p95'])} s;"
+            f" trainer steps in between: p50 {fmt(steps['p50'])}, max {fmt(steps['max'])}",
+            f"- samples dropped as stale: {loop['samples_dropped_stale']:.0f} ({100 * loop['stale_share']:.1f} %)", ""]
 
 
 @click.command()
@@ -308,9 +381,12 @@ def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
 @click.option("--bootstrap", default=None, help="Use this Kafka instead of starting the embedded broker.")
 @click.option("--until-version", type=click.IntRange(1), default=None,
               help="Stop early once a rollout served by this adapter version (or newer) has completed.")
+@click.option("--final-eval/--no-final-eval", default=True, show_default=True,
+              help="At the end, evaluate the base model and the last adapter on the full held-out split "
+                   "([evaluator] tasks) and put the result in the report.")
 @click.pass_context
 def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit: int | None, rollout_workers: int,
-        home: Path | None, bootstrap: str | None, until_version: int | None) -> None:
+        home: Path | None, bootstrap: str | None, until_version: int | None, final_eval: bool) -> None:
     """Run the whole training loop locally and write a report.
 
     Starts (as supervised child processes): the stream processors, the judge, rollout worker(s)
@@ -325,5 +401,5 @@ def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit:
     broker = config.load(BrokerSettings, "broker", path=(ctx.obj or {}).get("config_path"),
                          overrides={"home": home})
     cfg = RunSettings(duration, rollout_workers, broker.home, tasks, group_size, limit, bootstrap,
-                      (ctx.obj or {}).get("config_path"), until_version)
+                      (ctx.obj or {}).get("config_path"), until_version, final_eval)
     execute(cfg)

@@ -1,0 +1,58 @@
+"""The run's progress reducer: loop closure (publication -> first rollout served), held-out curve."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from streamgrpo.avro import records as R
+from streamgrpo.cli.progress import Progress, plot_heldout
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def env(seconds: float, **ids: str) -> R.Envelope:
+    e = R.Envelope.new("test", **ids)
+    return R.Envelope(e.event_id, T0 + timedelta(seconds=seconds), e.producer, e.task_id, e.group_id, e.rollout_id)
+
+
+def published(v: int, at: float, stale: float = 0.0, rollouts: float = 8.0) -> R.AdapterPublished:
+    return R.AdapterPublished(env(at), "planner", v, f"file:///s/v{v}", "0" * 64, "base", v, [],
+                              metrics={"dropped_stale": stale, "rollouts": rollouts})
+
+
+def completed(v: int, at: float) -> R.RolloutCompleted:
+    return R.RolloutCompleted(env(at, group_id="g", rollout_id=f"r{at}"), "q", "builtin", "a", 1,
+                              R.RolloutStatus.ANSWERED, 4, "planner", v, 10)
+
+
+def evaluation(v: int, acc: float, trigger: str = "run-evaluator") -> R.EvaluationCompleted:
+    return R.EvaluationCompleted(env(100 + v), "planner", v, "builtin:heldout", "h", 32, 1, 0.0, acc, acc - 0.1,
+                                 acc + 0.1, 0.5, 0.1, 1.0, 2.0, 30.0, 10.0, R.JudgeInfo("correctness", "x"),
+                                 trigger=trigger)
+
+
+def test_loop_closure_measures_delay_and_trainer_steps_until_a_version_serves() -> None:
+    p = Progress()
+    for e in [published(1, 10), completed(0, 12), completed(1, 25), published(2, 30), published(3, 50),
+              completed(2, 55), completed(3, 70), published(4, 80, stale=2.0)]:
+        p.apply(e)
+    loop = p.loop_closure()
+    assert loop["versions_published"] == 4 and loop["versions_served"] == 3 and loop["never_served"] == [4]
+    # v1: 15 s, 0 steps; v2: 25 s, 1 step in between (v3 published at 50 < 55); v3: 20 s, 0 steps
+    assert loop["publish_to_first_rollout_s"] == {"p50": 20.0, "p95": 25.0, "n": 3}
+    assert loop["trainer_steps_to_first_rollout"]["max"] == 1
+    assert loop["samples_dropped_stale"] == 2.0 and loop["stale_share"] == 2.0 / 34.0
+
+
+def test_heldout_line_and_plot(tmp_path: Path) -> None:
+    p = Progress()
+    assert p.heldout_line() == "-"
+    for e in [evaluation(0, 0.2), evaluation(2, 0.35), evaluation(2, 0.4, trigger="run-final")]:
+        p.apply(e)
+    assert p.heldout_line() == "v0 0.20 v2 0.35"
+    assert "held-out v0 0.20 v2 0.35" in p.line()
+    assert plot_heldout(p.evaluations, p.started, tmp_path / "h.png") and (tmp_path / "h.png").stat().st_size > 0
+    assert not plot_heldout([], p.started, tmp_path / "none.png")
+    summary = p.summary()
+    assert [e["trigger"] for e in summary["evaluations"]] == ["run-evaluator", "run-evaluator", "run-final"]
