@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trainer": ("streamgrpo.trainer.cli:trainer", "Run the GRPO/GSPO trainer on training-samples."),
     "run": ("streamgrpo.cli.run:run", "Run the whole loop locally: broker, streams, judge, rollout, trainer."),
     "analyse": ("streamgrpo.streams.cli:analyse", "Query the Parquet archive of events with DuckDB."),
+    "status": ("streamgrpo.cli.status:status", "One screen: consumer lag, adapter versions, groups in flight, DLQ, services."),
 }
 
 
