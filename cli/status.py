@@ -76,7 +76,6 @@ class Report:
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     last_dead_letter: dict[str, str] = field(default_factory=dict)
     services: list[Service] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
 
 
 class Reader:
@@ -232,34 +231,46 @@ def probe_services(targets: dict[str, str], timeout_s: float) -> tuple[list[Serv
 def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: float = 0.0, window_s: float = 3600.0,
             timeout_s: float = 2.0) -> Report:
     """Everything ``status`` shows, as data. Unreachable endpoints are reported, never raised."""
+    from confluent_kafka import KafkaException
+
     from streamgrpo.topics.clients import bootstrap
+    from streamgrpo.topics.errors import TopicsError
 
     report = Report(at=time.time(), bootstrap=bootstrap(kafka), prefix=kafka.topic_prefix)
     report.services, readings = probe_services(targets, timeout_s)
     reader = Reader(kafka)
     try:
-        report.lags = consumer_lags(reader)
-        report.versions, report.registry = adapter_versions(reader, canary_share)
-        rollout = readings.get("rollout")
-        served = [v for lbl, v in (rollout.series("streamgrpo_adapter_version") if rollout and rollout.up else [])
-                  if lbl.get("role") == "served"]
-        report.served = served_from_topics(reader)
-        if rollout is not None and served:
-            report.served[f"endpoint {rollout.target}"] = int(max(served))
-            report.served_source = "rollouts topic + rollout endpoint"
-        streams = readings.get("streams")
-        open_now = streams.get("streamgrpo_groups_open") if streams and streams.up else None
-        if open_now is not None:
-            report.groups_in_flight, report.groups_source = int(open_now), "streams endpoint"
-        else:
-            report.groups_in_flight = groups_in_flight(reader, window_s)
-            report.groups_source = f"topics, last {window_s / 60:.0f} min"
-        trainer = [lag for lag in report.lags if lag.topic == SAMPLES_TOPIC and lag.group.startswith("trainer.")]
-        report.samples_waiting = sum(lag.lag for lag in trainer) if trainer else sum(reader.ends(SAMPLES_TOPIC).values())
-        dead_letters(reader, report)
+        _fill_from_topics(report, reader, readings, canary_share, window_s)
+    except KafkaException as exc:
+        raise TopicsError(f"Kafka at {report.bootstrap} did not answer ({exc}); check [kafka] bootstrap "
+                          "(STREAMGRPO_KAFKA__BOOTSTRAP) or start the embedded broker") from exc
     finally:
         reader.close()
     return report
+
+
+def _fill_from_topics(report: Report, reader: Reader, readings: dict[str, M.Reading], canary_share: float,
+                      window_s: float) -> None:
+    """Every figure that comes from the topics (endpoint readings preferred where they answer)."""
+    report.lags = consumer_lags(reader)
+    report.versions, report.registry = adapter_versions(reader, canary_share)
+    rollout = readings.get("rollout")
+    served = [v for lbl, v in (rollout.series("streamgrpo_adapter_version") if rollout and rollout.up else [])
+              if lbl.get("role") == "served"]
+    report.served = served_from_topics(reader)
+    if rollout is not None and served:
+        report.served[f"endpoint {rollout.target}"] = int(max(served))
+        report.served_source = "rollouts topic + rollout endpoint"
+    streams = readings.get("streams")
+    open_now = streams.get("streamgrpo_groups_open") if streams and streams.up else None
+    if open_now is not None:
+        report.groups_in_flight, report.groups_source = int(open_now), "streams endpoint"
+    else:
+        report.groups_in_flight = groups_in_flight(reader, window_s)
+        report.groups_source = f"topics, last {window_s / 60:.0f} min"
+    trainer = [lag for lag in report.lags if lag.topic == SAMPLES_TOPIC and lag.group.startswith("trainer.")]
+    report.samples_waiting = sum(lag.lag for lag in trainer) if trainer else sum(reader.ends(SAMPLES_TOPIC).values())
+    dead_letters(reader, report)
 
 
 def _ago(t: float, now: float) -> str:
@@ -295,7 +306,6 @@ def render(r: Report) -> str:
         if s.last_error:
             state += f"   last error {_ago(s.last_error['time'], r.at)}: {s.last_error['message'][:90]}"
         lines.append(f"{s.service:<8} {s.target:<22} {state}")
-    lines += [f"problem: {p}" for p in r.problems]
     return "\n".join(lines)
 
 

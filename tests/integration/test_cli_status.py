@@ -145,3 +145,12 @@ def test_status_cli_json_and_screen(kafka_ns: KafkaSettings) -> None:
     assert screen.exit_code == 0 and screen.output.count("DOWN") == 4
     bad = runner.invoke(cli, ["status", "--endpoint", "nope=1.2.3.4:5"], env=env)
     assert bad.exit_code == 2 and "SERVICE=HOST:PORT" in bad.output
+
+
+def test_status_says_what_to_do_when_kafka_is_down() -> None:
+    down = _free_port()
+    env = {"STREAMGRPO_KAFKA__BOOTSTRAP": f"127.0.0.1:{down}", "STREAMGRPO_CONFIG": ""}
+    out = CliRunner().invoke(cli, ["status", "--timeout", "0.2", *[f"--endpoint={s}=127.0.0.1:{down}" for s in M.SERVICES]],
+                             env=env)
+    assert out.exit_code != 0
+    assert "did not answer" in str(out.exception) + out.output and "STREAMGRPO_KAFKA__BOOTSTRAP" in str(out.exception) + out.output
