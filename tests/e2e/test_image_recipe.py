@@ -64,11 +64,14 @@ def overlay() -> list[dict]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
+POD_PATHS = {"/etc/streamgrpo": "etc", "/var/cache/streamgrpo": "cache", "/var/lib/streamgrpo": "lib",
+             "/work": "work", "/tmp": "tmp"}
+_POD_PATH = re.compile(r"(?<![\w/.])(" + "|".join(map(re.escape, POD_PATHS)) + r")(?=/|\b|$)")
+
+
 def _map(value: str, base: Path) -> str:
-    for pod_path, name in (("/etc/streamgrpo", "etc"), ("/var/cache/streamgrpo", "cache"),
-                           ("/var/lib/streamgrpo", "lib"), ("/work", "work"), ("/tmp", "tmp")):
-        value = value.replace(pod_path, str(base / name))
-    return value
+    """The pod's paths -> directories under ``base`` (one pass: a mapped path is never mapped again)."""
+    return _POD_PATH.sub(lambda m: str(base / POD_PATHS[m.group(1)]), value)
 
 
 def container_env(container: dict, base: Path, kafka: KafkaSettings, prefix: str) -> dict[str, str]:
@@ -97,11 +100,17 @@ def _wait_loaded(proc: subprocess.Popen, beat: Path, model_dir: Path | None, tim
 
 
 def test_image_recipe_starts_every_service(tmp_path: Path, kafka: KafkaSettings) -> None:
-    src, venv, base = tmp_path / "src", tmp_path / "venv", tmp_path / "pod"
+    src, venv = tmp_path / "src", tmp_path / "venv"
     build_context(src)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMGRPO_", "VIRTUAL_ENV"))}
     subprocess.run(["sh", str(src / "k8s" / "image" / "install.sh"), str(venv), str(src)], check=True, env=env,
                    timeout=1500)
+    start_services(venv, tmp_path, kafka)
+
+
+def start_services(venv: Path, tmp_path: Path, kafka: KafkaSettings) -> None:
+    """Run the overlay's topics Job, start its four services from ``venv``; assert each loads."""
+    base = tmp_path / "pod"
     objs = overlay()
     cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "streamgrpo-config")
     for d in ("etc", "cache", "lib/adapters", "lib/archive", "work", "tmp"):
