@@ -13,7 +13,8 @@ What is not covered: admission (defaults, immutability, webhooks, what operators
 
 from __future__ import annotations
 
-from functools import cache
+import json
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +56,24 @@ def validate_crd(obj: Obj) -> list[Finding] | None:
 
 def validate_core(obj: Obj) -> list[Finding] | None:
     """Findings of one built-in object against every K8S_VERSIONS schema, or None if it is not built in."""
+    found = _validate_core_json(json.dumps(obj, sort_keys=True))
+    return None if found is None else [Finding(ref(obj), message) for message in found]
+
+
+@lru_cache(maxsize=4096)
+def _validate_core_json(text: str) -> tuple[str, ...] | None:
+    """kubernetes-validate on one object (as JSON): cached, since a build's objects repeat across checks."""
     import kubernetes_validate as kv
 
-    out: list[Finding] = []
+    obj, out = json.loads(text), []
     for version in K8S_VERSIONS:
         try:
             kv.validate(obj, version, strict=True)
         except kv.SchemaNotFoundError:
             return None
         except kv.ValidationError as exc:
-            out.append(Finding(ref(obj), f"Kubernetes {exc.version} schema (strict): {_where(exc)}: {exc.message}"))
-    return out
+            out.append(f"Kubernetes {exc.version} schema (strict): {_where(exc)}: {exc.message}")
+    return tuple(out)
 
 
 def validate_all(objs: list[Obj]) -> list[Finding]:
