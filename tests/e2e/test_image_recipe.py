@@ -35,7 +35,8 @@ from streamgrpo.config import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "k8s" / "image" / "Dockerfile"
-pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.model]
+# A fresh virtualenv installs torch and the ML stack: about 10 minutes on the dev machine.
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.model, pytest.mark.timeout(2700)]
 
 
 def build_context(dest: Path) -> list[str]:
