@@ -72,7 +72,7 @@ schemas-release: setup ## Freeze the current schemas as a new released version: 
 	$(BIN)/python -m streamgrpo.avro.compat release $(V)
 	$(BIN)/python tests/fixtures/make_golden.py $(V)
 
-k8s-validate: setup ## Build and validate every kustomize overlay
+k8s-validate: setup ## Build every overlay with kubectl kustomize; validate every object (schemas + policy)
 	$(BIN)/python k8s/validate.py
 
 broker-up: setup ## Start the embedded broker

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluator": ("streamgrpo.evaluation.cli:evaluator_command",
                   "Run the evaluator service (held-out accuracy of each new adapter version)."),
     "analyse": ("streamgrpo.streams.cli:analyse", "Query the Parquet archive of events with DuckDB."),
+    "status": ("streamgrpo.cli.status:status", "One screen: consumer lag, adapter versions, groups in flight, DLQ, services."),
 }
 
 

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 
 from streamgrpo.config import StrictModel
+from streamgrpo.metrics import DEFAULT_PORTS
 
 
 class MathSettings(StrictModel):
@@ -98,6 +99,7 @@ class JudgeSettings(StrictModel):
     hybrid: HybridSettings = Field(default_factory=lambda: HybridSettings(), description="Hybrid judge.")
     cache: CacheSettings = Field(default_factory=lambda: CacheSettings(), description="Score cache.")
     consumer_group: str = Field(default="judge", description="Consumer group of the rollouts consumer.")
+    metrics_port: int = Field(DEFAULT_PORTS["judge"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     task_table_size: int = Field(default=200_000, ge=1, le=50_000_000, description="Tasks kept in memory (LRU).")
     task_wait_s: float = Field(
         default=10.0, ge=0, le=3600, description="How long a rollout whose task is unknown waits before it is rejected."

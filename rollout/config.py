@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 
 from streamgrpo.config import StrictModel
+from streamgrpo.metrics import DEFAULT_PORTS
 from streamgrpo.rollout.tools.config import ToolsSettings
 
 
@@ -82,6 +83,7 @@ class RolloutConfig(StrictModel):
     linger_ms: int = Field(300, ge=0, le=60000, description="How long to keep polling for the rest of a group "
                            "whose requests arrived split across polls.")
     service: str = Field("rollout", description="Producer service name written into every event envelope.")
+    metrics_port: int = Field(DEFAULT_PORTS["rollout"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     # -- adapters ---------------------------------------------------------------------------------
     adapter_name: str = Field("planner", description="Adapter family followed on `adapter-events`.")
     adapter_store: Path | None = Field(None, description="Root of the adapter store (file:// uris resolve here).")

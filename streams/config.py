@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from streamgrpo.config import StrictModel, shared
+from streamgrpo.metrics import DEFAULT_PORTS
 
 AGENT_NAMES = ("fanout", "window", "metrics", "ab", "archive")
 
@@ -76,6 +77,7 @@ class StreamsSettings(StrictModel):
     metrics_window_s: float = Field(60.0, gt=0, description="Tumbling window of reward metrics, seconds.")
     success_threshold: float = Field(0.5, description="A reward counts as a success when score >= this.")
     prometheus_port: int | None = Field(None, ge=1, le=65535, description="Expose Prometheus metrics here (unset: off).")
+    metrics_port: int = Field(DEFAULT_PORTS["streams"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     # -- A/B controller ----------------------------------------------------------------------------
     canary_share: float = Field(
         0.0, ge=0, le=1, description="Share of groups served by the newest published adapter (0: no canary, "

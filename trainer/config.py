@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import Field, model_validator
 
 from streamgrpo.config import StrictModel, shared
+from streamgrpo.metrics import DEFAULT_PORTS
 
 if TYPE_CHECKING:  # torch is imported lazily so `streamgrpo trainer --help` stays fast
     from streamgrpo.trainer.losses import LossConfig
@@ -33,6 +34,7 @@ class TrainerConfig(StrictModel):
     model_cache_dir: Path = Field(default_factory=lambda: _home() / "models", description="Where the bundled GGUF model is converted to safetensors (once).")
     store_root: Path = Field(default_factory=lambda: _home() / "adapters", description="Adapter store root: versions are written to <store_root>/<adapter_name>/v<version>/.")
     device: str = Field("auto", description="Torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1...")
+    metrics_port: int = Field(DEFAULT_PORTS["trainer"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     load_in_4bit: bool = Field(False, description="QLoRA: load the base model in 4-bit NF4 via bitsandbytes (CUDA only).")
     lora_rank: int = Field(16, ge=1, le=1024, description="LoRA rank r.")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scaling = alpha / r).")

@@ -1,9 +1,9 @@
-"""Checks on a built set of Kubernetes objects (the output of one kustomize build).
+"""streamgrpo's policy checks on a built set of Kubernetes objects (the output of ``kubectl kustomize``).
 
-Every check returns a list of :class:`Finding` (empty = passed). What is covered:
+Schemas (field names, types, required fields) are checked by ``kschemas.py``; what stays here is
+what no schema says. Every check returns a list of :class:`Finding` (empty = passed):
 
-- structure: apiVersion/kind/metadata.name present, DNS-1123 names, no duplicates, namespaced
-  objects in a Namespace that is part of the build;
+- namespaced objects live in a Namespace that is part of the build;
 - workloads (Deployment, StatefulSet, DaemonSet, Job, CronJob): selector matches the pod template
   labels; every container has a pinned image (a tag other than ``latest``, or a digest), cpu and
   memory requests, a memory limit, requests <= limits, equal requests/limits for ``nvidia.com/gpu``;
@@ -14,15 +14,18 @@ Every check returns a list of :class:`Finding` (empty = passed). What is covered
   uses exists in the build; Secrets outside the build must be declared in the workload's
   ``streamgrpo.io/external-secrets`` annotation and referenced with ``optional: true``;
 - Services select at least one pod template and their named target ports exist;
-  HPAs point at an existing workload whose containers request the scaled resource;
+- autoscaling: HPAs and KEDA ScaledObjects point at an existing workload (a CPU HPA at one whose
+  containers request CPU), min <= max, never two autoscalers on one workload; workloads annotated
+  ``streamgrpo.io/scaled-by-topics`` never scale past the partition count of those topics;
+- every Deployment has a PodDisruptionBudget selecting its pods; the trainer runs one replica
+  with strategy Recreate;
 - Kafka (Strimzi): KafkaTopic/KafkaNodePool belong to a Kafka of the build, KRaft + node-pool
   annotations set, replication factors (topics, internal topics, min.insync.replicas) fit the
-  broker count; workloads annotated ``streamgrpo.io/scaled-by-topics`` never scale past the
-  partition count of those topics.
+  broker count.
 
-What is not covered: server-side validation (admission, CRD OpenAPI schemas of Strimzi), RBAC,
-NetworkPolicies, anything that needs a cluster. The Kubernetes API model round-trip of core kinds
-and the streamgrpo-specific config checks live in ``kmodels.py``.
+What is not covered: anything a cluster decides (admission, scheduling, RBAC). The settings and
+wiring checks (the real settings loader, bootstrap, vLLM, metrics ports, KEDA groups) live in
+``ksettings.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from typing import Any
 Obj = dict[str, Any]
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"}
 BATCH = {"Job", "CronJob"}
-DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 EXTERNAL_SECRETS = "streamgrpo.io/external-secrets"
 WRITABLE_ROOT = "streamgrpo.io/writable-root-reason"
 SCALED_BY = "streamgrpo.io/scaled-by-topics"
@@ -84,25 +86,11 @@ def containers(pod: Obj) -> list[Obj]:
     return list(pod.get("containers") or []) + list(pod.get("initContainers") or [])
 
 
-def check_structure(objs: list[Obj]) -> list[Finding]:
-    out: list[Finding] = []
-    seen: set[tuple[Any, ...]] = set()
+def check_namespaces(objs: list[Obj]) -> list[Finding]:
     namespaces = {o["metadata"]["name"] for o in objs if o.get("kind") == "Namespace" and o.get("metadata")}
+    out: list[Finding] = []
     for o in objs:
-        meta = o.get("metadata") or {}
-        for field in ("apiVersion", "kind"):
-            if not o.get(field):
-                out.append(Finding(ref(o), f"missing {field}"))
-        name = meta.get("name")
-        if not name:
-            out.append(Finding(ref(o), "missing metadata.name"))
-        elif not DNS1123.match(str(name)) or len(str(name)) > 253:
-            out.append(Finding(ref(o), f"metadata.name {name!r} is not a DNS-1123 name"))
-        key = (o.get("apiVersion"), o.get("kind"), meta.get("namespace"), name)
-        if key in seen:
-            out.append(Finding(ref(o), "defined twice"))
-        seen.add(key)
-        ns = meta.get("namespace")
+        ns = (o.get("metadata") or {}).get("namespace")
         if o.get("kind") != "Namespace" and ns is not None and ns not in namespaces:
             out.append(Finding(ref(o), f"namespace {ns!r} is not created by this build"))
     return out
@@ -277,35 +265,49 @@ def check_services(objs: list[Obj]) -> list[Finding]:
     return out
 
 
+AUTOSCALERS = {"HorizontalPodAutoscaler": ("minReplicas", "maxReplicas"),
+               "ScaledObject": ("minReplicaCount", "maxReplicaCount")}
+
+
+def _scales(objs: list[Obj], w: Obj) -> list[Obj]:
+    """The HPAs and ScaledObjects whose scaleTargetRef is workload ``w``."""
+    return [h for h in objs if h.get("kind") in AUTOSCALERS
+            and h["metadata"].get("namespace") == w["metadata"].get("namespace")
+            and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("kind", "Deployment") == w["kind"]
+            and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("name") == w["metadata"]["name"]]
+
+
 def _max_scale(objs: list[Obj], w: Obj) -> int:
     scale = int((w.get("spec") or {}).get("replicas", 1))
-    for h in objs:
-        tgt = (h.get("spec") or {}).get("scaleTargetRef") or {}
-        if h.get("kind") == "HorizontalPodAutoscaler" and tgt.get("kind") == w["kind"] \
-                and tgt.get("name") == w["metadata"]["name"]:
-            scale = max(scale, int(h["spec"].get("maxReplicas", 0)))
+    for h in _scales(objs, w):
+        scale = max(scale, int(h["spec"].get(AUTOSCALERS[h["kind"]][1], 100)))
     return scale
 
 
+def _check_autoscaler(objs: list[Obj], h: Obj) -> list[Finding]:
+    spec = h.get("spec") or {}
+    tgt = spec.get("scaleTargetRef") or {}
+    w = index(objs).get((tgt.get("kind", "Deployment"), h["metadata"].get("namespace"), tgt.get("name", "")))
+    if w is None:
+        return [Finding(ref(h), f"scaleTargetRef {tgt.get('kind', 'Deployment')}/{tgt.get('name')} is not in the build")]
+    lo, hi = AUTOSCALERS[h["kind"]]
+    out = []
+    if int(spec.get(lo, 1)) > int(spec.get(hi, 100)):
+        out.append(Finding(ref(h), f"{lo} > {hi}"))
+    if len(_scales(objs, w)) > 1:
+        out.append(Finding(ref(h), f"{ref(w)} has more than one autoscaler (they would fight over replicas)"))
+    if "replicas" in (w.get("spec") or {}):
+        out.append(Finding(ref(w), f"sets spec.replicas but {ref(h)} owns the count (apply would reset it)"))
+    for m in spec.get("metrics") or []:
+        res = (m.get("resource") or {}).get("name")
+        for c in (pod_template(w).get("spec") or {}).get("containers") or []:
+            if res and res not in ((c.get("resources") or {}).get("requests") or {}):
+                out.append(Finding(ref(h), f"scales on {res} but container {c.get('name')!r} requests no {res}"))
+    return out
+
+
 def check_autoscaling(objs: list[Obj]) -> list[Finding]:
-    out: list[Finding] = []
-    idx = index(objs)
-    for h in objs:
-        if h.get("kind") != "HorizontalPodAutoscaler":
-            continue
-        spec = h.get("spec") or {}
-        tgt = spec.get("scaleTargetRef") or {}
-        w = idx.get((tgt.get("kind", ""), h["metadata"].get("namespace"), tgt.get("name", "")))
-        if w is None:
-            out.append(Finding(ref(h), f"scaleTargetRef {tgt.get('kind')}/{tgt.get('name')} is not in the build"))
-            continue
-        if int(spec.get("minReplicas", 1)) > int(spec.get("maxReplicas", 0)):
-            out.append(Finding(ref(h), "minReplicas > maxReplicas"))
-        for m in spec.get("metrics") or []:
-            res = (m.get("resource") or {}).get("name")
-            for c in (pod_template(w).get("spec") or {}).get("containers") or []:
-                if res and res not in ((c.get("resources") or {}).get("requests") or {}):
-                    out.append(Finding(ref(h), f"scales on {res} but container {c.get('name')!r} requests no {res}"))
+    out: list[Finding] = [f for h in objs if h.get("kind") in AUTOSCALERS for f in _check_autoscaler(objs, h)]
     partitions = {(t.get("spec") or {}).get("topicName") or t["metadata"]["name"]: int(t["spec"].get("partitions", 1))
                   for t in objs if t.get("kind") == "KafkaTopic"}
     for w in objs:
@@ -320,6 +322,27 @@ def check_autoscaling(objs: list[Obj]) -> list[Finding]:
         bound, scale = min(partitions[t] for t in names), _max_scale(objs, w)
         if scale > bound:
             out.append(Finding(ref(w), f"can scale to {scale} replicas but {names} have only {bound} partitions"))
+    return out
+
+
+def check_disruption(objs: list[Obj]) -> list[Finding]:
+    """Every Deployment has a PodDisruptionBudget; the trainer is one replica with strategy Recreate."""
+    out: list[Finding] = []
+    pdbs = [p for p in objs if p.get("kind") == "PodDisruptionBudget"]
+    for w in objs:
+        if w.get("kind") != "Deployment":
+            continue
+        labels = (pod_template(w).get("metadata") or {}).get("labels") or {}
+        covering = [p for p in pdbs if p["metadata"].get("namespace") == w["metadata"].get("namespace")
+                    and all(labels.get(k) == v for k, v in
+                            (((p.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}).items())]
+        if not covering:
+            out.append(Finding(ref(w), "no PodDisruptionBudget selects its pods"))
+        if w["metadata"]["name"] == "trainer":
+            spec = w.get("spec") or {}
+            if spec.get("replicas") != 1 or (spec.get("strategy") or {}).get("type") != "Recreate" or _scales(objs, w):
+                out.append(Finding(ref(w), "the trainer must run exactly one replica with strategy Recreate "
+                                           "and no autoscaler (two trainers would publish from the same offsets)"))
     return out
 
 
@@ -363,7 +386,8 @@ def check_kafka(objs: list[Obj]) -> list[Finding]:
     return out
 
 
-ALL_CHECKS = (check_structure, check_workloads, check_references, check_services, check_autoscaling, check_kafka)
+ALL_CHECKS = (check_namespaces, check_workloads, check_references, check_services, check_autoscaling,
+              check_disruption, check_kafka)
 
 
 def run_all(objs: list[Obj]) -> list[Finding]:

@@ -1,18 +1,18 @@
-"""Checks that need more than the manifests: Kubernetes API models and streamgrpo's settings.
+"""streamgrpo's settings and wiring checks on a build: the real settings loader and what must agree.
 
-- :func:`check_api_models`: every object of a core kind (Deployment, Service, ConfigMap, PVC,
-  Job, HPA, Namespace...) is deserialised into the ``kubernetes`` Python client's model and
-  serialised back. A field the model does not know (a typo such as ``readinessProb``) is dropped by
-  the round trip and reported; a missing required field or a wrong type fails deserialisation and
-  is reported. Skipped (with a note) when the ``kubernetes`` package is not installed.
-- :func:`check_streamgrpo`: the ``streamgrpo.toml`` of the ConfigMap ``streamgrpo-config`` parses;
-  every section and every ``STREAMGRPO_*`` environment variable of every streamgrpo container is
-  accepted by the real settings loader (``streamgrpo.config.load`` with that container's
-  environment: the process would start); the Kafka bootstrap and the vLLM URL name Services of
-  the build (or the Strimzi bootstrap Service of a Kafka of the build) on a port they expose;
-  rollout workers that use vLLM find a vLLM Deployment with replicas, serving their model; the
-  trainer, the workers and vLLM share one base model and mount the adapter store at the path the
-  settings name.
+- the ``streamgrpo.toml`` of the ConfigMap ``streamgrpo-config`` parses; every section and every
+  ``STREAMGRPO_*`` environment variable of every streamgrpo container is accepted by the real
+  settings loader (``streamgrpo.config.load`` with that container's environment: the process
+  would start);
+- the Kafka bootstrap and the vLLM URL name Services of the build (or the Strimzi bootstrap
+  Service of a Kafka of the build) on a port they expose;
+- rollout workers that use vLLM find a vLLM Deployment with replicas, serving their model, mounting
+  their adapter store, whose ``--max-lora-rank`` admits the trainer's ``lora_rank``; the trainer,
+  the workers and vLLM share one base model and adapter-store PVC;
+- metrics: each service container declares a port named ``metrics`` equal to its section's
+  ``metrics_port``, and its pod's ``prometheus.io/port`` annotation (when present) says the same;
+- KEDA: a ScaledObject's Kafka trigger watches the consumer group the target's settings use
+  (``[rollout] consumer_group`` / ``[judge] consumer_group``) and a bootstrap Service of the build.
 
 What is not covered: whether images exist in their registries, whether the model names exist on
 the hub, anything that needs a running cluster.
@@ -21,14 +21,13 @@ the hub, anything that needs a running cluster.
 from __future__ import annotations
 
 import importlib
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import tomllib
-from kchecks import WORKLOADS, Finding, Obj, index, pod_template, ref
+from kchecks import SCALED_BY, WORKLOADS, Finding, Obj, index, pod_template, ref
 
 CONFIG_MAP, CONFIG_KEY = "streamgrpo-config", "streamgrpo.toml"
 IMAGE = "ghcr.io/streamgrpo/streamgrpo"
@@ -43,53 +42,6 @@ SECTION_MODELS = {
 }
 #: first CLI argument of a streamgrpo container -> the settings section it runs with.
 COMMAND_SECTION = {"rollout": "rollout", "judge": "judge", "streams": "streams", "trainer": "trainer"}
-API_MODELS = {
-    "Namespace": "V1Namespace", "ConfigMap": "V1ConfigMap", "Secret": "V1Secret", "Service": "V1Service",
-    "PersistentVolumeClaim": "V1PersistentVolumeClaim", "Deployment": "V1Deployment",
-    "StatefulSet": "V1StatefulSet", "DaemonSet": "V1DaemonSet", "Job": "V1Job", "CronJob": "V1CronJob",
-    "HorizontalPodAutoscaler": "V2HorizontalPodAutoscaler", "ServiceAccount": "V1ServiceAccount",
-    "PodDisruptionBudget": "V1PodDisruptionBudget", "NetworkPolicy": "V1NetworkPolicy",
-}
-
-
-def _dropped(orig: Any, back: Any, path: str = "") -> list[str]:
-    """Paths present in ``orig`` but lost (or changed) in the round-tripped ``back``."""
-    if isinstance(orig, dict):
-        out = []
-        for k, v in orig.items():
-            if not isinstance(back, dict) or k not in back:
-                out.append(f"{path}/{k}")
-            else:
-                out += _dropped(v, back[k], f"{path}/{k}")
-        return out
-    if isinstance(orig, list):
-        if not isinstance(back, list) or len(back) != len(orig):
-            return [path]
-        return [p for i, (a, b) in enumerate(zip(orig, back, strict=True)) for p in _dropped(a, b, f"{path}/{i}")]
-    return [] if orig == back else [f"{path} ({orig!r} became {back!r})"]
-
-
-def check_api_models(objs: list[Obj]) -> tuple[list[Finding], list[str]]:
-    """Round-trip core kinds through the kubernetes client's models; returns (findings, notes)."""
-    try:
-        from kubernetes.client import ApiClient
-    except ModuleNotFoundError:
-        return [], ["kubernetes package not installed: API-model round trip skipped"]
-    api = ApiClient()
-    out: list[Finding] = []
-    for o in objs:
-        model = API_MODELS.get(str(o.get("kind")))
-        if model is None:
-            continue
-        try:
-            back = api.sanitize_for_serialization(api.deserialize(json.dumps(o), model, "application/json"))
-        except (ValueError, TypeError) as exc:  # pydantic.ValidationError is a ValueError
-            out.append(Finding(ref(o), f"not a valid {model}: {str(exc).splitlines()[0:3]}"))
-            continue
-        out += [Finding(ref(o), f"field {p} is unknown to {model} (typo?)") for p in _dropped(o, back)]
-    return out, []
-
-
 def _env(c: Obj) -> dict[str, str]:
     """A container's plain environment; values from Secrets/ConfigMaps become placeholders."""
     env = {}
@@ -112,12 +64,19 @@ def effective(toml: dict[str, Any], section: str, env: dict[str, str]) -> dict[s
     return out
 
 
-def _load_models(toml_text: str, toml: dict[str, Any], pairs: list[tuple[Obj, Obj]]) -> tuple[list[Finding], list[str]]:
-    """Run the real settings loader for every section with every container's environment."""
+Loaded = dict[tuple[int, str], Any]
+
+
+def _load_models(toml_text: str, pairs: list[tuple[Obj, Obj]]) -> tuple[list[Finding], list[str], Loaded]:
+    """Run the real settings loader for every section with every container's environment.
+
+    Returns (findings, notes, {(id(container), section): the loaded settings object}).
+    """
+    loaded: Loaded = {}
     try:
         config = importlib.import_module("streamgrpo.config")
     except ModuleNotFoundError:
-        return [], ["streamgrpo not importable: settings-model validation skipped"]
+        return [], ["streamgrpo not importable: settings-model validation skipped"], loaded
     out: list[Finding] = []
     notes: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,10 +91,10 @@ def _load_models(toml_text: str, toml: dict[str, Any], pairs: list[tuple[Obj, Ob
                 continue
             for w, c in pairs:
                 try:
-                    config.load(model, section, path=path, environ=_env(c))
+                    loaded[(id(c), section)] = config.load(model, section, path=path, environ=_env(c))
                 except config.ConfigError as exc:
                     out.append(Finding(ref(w), f"container {c['name']!r}: {exc}"))
-    return out, notes
+    return out, notes, loaded
 
 
 def _service_port(objs: list[Obj], ns: str | None, host: str, port: int) -> str | None:
@@ -168,21 +127,30 @@ def _mount_claim(w: Obj, c: Obj, path: str) -> str | None:
     return None
 
 
-def _vllm_model(w: Obj) -> str | None:
-    for c in (pod_template(w).get("spec") or {}).get("containers") or []:
-        args = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
-        if "--enable-lora" not in args:
-            continue
-        for i, a in enumerate(args):
-            if a.startswith("--served-model-name"):
-                return a.split("=", 1)[1] if "=" in a else args[i + 1]
-        for i, a in enumerate(args):
-            if a.startswith("--model"):
-                return a.split("=", 1)[1] if "=" in a else args[i + 1]
+def _arg(args: list[str], flag: str) -> str | None:
+    """Value of ``--flag=v`` or ``--flag v`` in a command line (None if absent)."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
     return None
 
 
-def _check_wiring(objs: list[Obj], toml: dict[str, Any], pairs: list[tuple[Obj, Obj]]) -> list[Finding]:
+def _vllm_args(w: Obj) -> list[str] | None:
+    for c in (pod_template(w).get("spec") or {}).get("containers") or []:
+        args = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        if "--enable-lora" in args:
+            return args
+    return None
+
+
+def _vllm_model(w: Obj) -> str | None:
+    args = _vllm_args(w)
+    return None if args is None else (_arg(args, "--served-model-name") or _arg(args, "--model"))
+
+
+def _check_wiring(objs: list[Obj], toml: dict[str, Any], pairs: list[tuple[Obj, Obj]], loaded: Loaded) -> list[Finding]:
     out: list[Finding] = []
     by_section = {COMMAND_SECTION[str((c.get("args") or [""])[0])]: (w, c) for w, c in pairs
                   if str((c.get("args") or [""])[0]) in COMMAND_SECTION}
@@ -198,7 +166,8 @@ def _check_wiring(objs: list[Obj], toml: dict[str, Any], pairs: list[tuple[Obj, 
         w, c = rollout
         r = effective(toml, "rollout", _env(c))
         if r.get("policy") == "vllm":
-            out += _check_vllm(objs, w, c, r)
+            t_cfg = loaded.get((id(trainer[1]), "trainer")) if trainer else None
+            out += _check_vllm(objs, w, c, r, getattr(t_cfg, "lora_rank", None))
         if trainer:
             t = effective(toml, "trainer", _env(trainer[1]))
             if r.get("model") != t.get("base_model"):
@@ -212,7 +181,7 @@ def _check_wiring(objs: list[Obj], toml: dict[str, Any], pairs: list[tuple[Obj, 
     return out
 
 
-def _check_vllm(objs: list[Obj], w: Obj, c: Obj, r: dict[str, Any]) -> list[Finding]:
+def _check_vllm(objs: list[Obj], w: Obj, c: Obj, r: dict[str, Any], lora_rank: int | None) -> list[Finding]:
     url = urlsplit(str(r.get("vllm_url", "")))
     ns = w["metadata"].get("namespace")
     problem = _service_port(objs, ns, url.hostname or "", url.port or 80)
@@ -229,6 +198,10 @@ def _check_vllm(objs: list[Obj], w: Obj, c: Obj, r: dict[str, Any]) -> list[Find
         want = r.get("vllm_model") or r.get("model")
         if _vllm_model(d) != want:
             out.append(Finding(ref(w), f"vLLM serves {_vllm_model(d)!r} but the workers ask for {want!r}"))
+        rank = _arg(_vllm_args(d) or [], "--max-lora-rank")
+        if lora_rank is not None and (rank is None or int(rank) < lora_rank):
+            out.append(Finding(ref(d), f"--max-lora-rank {rank} is below the trainer's lora_rank {lora_rank}: "
+                                       "vLLM would refuse every adapter"))
         vc: Obj = next(iter((pod_template(d).get("spec") or {}).get("containers") or []), {})
         if _mount_claim(d, vc, str(r.get("adapter_store"))) != _mount_claim(w, c, str(r.get("adapter_store"))):
             out.append(Finding(ref(d), f"must mount the workers' adapter store at {r.get('adapter_store')} (lora_path)"))
@@ -255,5 +228,57 @@ def check_streamgrpo(objs: list[Obj]) -> tuple[list[Finding], list[str]]:
         cfg = _env(c).get("STREAMGRPO_CONFIG", "")
         if str(Path(cfg).parent) not in mounts:
             out.append(Finding(ref(w), f"STREAMGRPO_CONFIG={cfg!r} is not on a mounted volume"))
-    found, notes = _load_models(text, toml, pairs)
-    return out + found + _check_wiring(objs, toml, pairs), notes
+    found, notes, loaded = _load_models(text, pairs)
+    return (out + found + _check_wiring(objs, toml, pairs, loaded) + _check_metrics(pairs, loaded)
+            + _check_keda(objs, pairs, loaded)), notes
+
+
+def _section(c: Obj) -> str | None:
+    return COMMAND_SECTION.get(str((c.get("args") or [""])[0]))
+
+
+def _check_metrics(pairs: list[tuple[Obj, Obj]], loaded: Loaded) -> list[Finding]:
+    """Each service container declares port `metrics` = its metrics_port; the scrape annotation agrees."""
+    out: list[Finding] = []
+    for w, c in pairs:
+        section = _section(c)
+        cfg = loaded.get((id(c), section or ""))
+        if cfg is None or not getattr(cfg, "metrics_port", 0):
+            continue
+        want = int(cfg.metrics_port)
+        ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+        if ports.get("metrics") != want:
+            out.append(Finding(ref(w), f"container {c['name']!r} must declare port `metrics` = [{section}] "
+                                       f"metrics_port {want} (declares {ports.get('metrics')})"))
+        ann = (pod_template(w).get("metadata") or {}).get("annotations") or {}
+        if "prometheus.io/port" in ann and str(ann["prometheus.io/port"]) != str(want):
+            out.append(Finding(ref(w), f"prometheus.io/port {ann['prometheus.io/port']} != metrics_port {want}"))
+    return out
+
+
+def _check_keda(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded) -> list[Finding]:
+    """A ScaledObject's kafka triggers watch the group and bootstrap its target actually uses."""
+    out: list[Finding] = []
+    for so in (o for o in objs if o.get("kind") == "ScaledObject"):
+        target = ((so.get("spec") or {}).get("scaleTargetRef") or {}).get("name")
+        mine = [(w, c) for w, c in pairs if w["metadata"]["name"] == target]
+        for trig in (so.get("spec") or {}).get("triggers") or []:
+            if trig.get("type") != "kafka" or not mine:
+                continue
+            meta = trig.get("metadata") or {}
+            w, c = mine[0]
+            cfg = loaded.get((id(c), _section(c) or ""))
+            group = getattr(cfg, "consumer_group", None)
+            if group is not None and meta.get("consumerGroup") != group:
+                out.append(Finding(ref(so), f"watches consumer group {meta.get('consumerGroup')!r} but {ref(w)} "
+                                            f"consumes as {group!r}"))
+            topics = str(((w["metadata"].get("annotations") or {}).get(SCALED_BY)) or "").split(",")
+            if meta.get("topic") not in [t.strip() for t in topics]:
+                out.append(Finding(ref(so), f"watches topic {meta.get('topic')!r} but {ref(w)} consumes {topics} "
+                                            f"({SCALED_BY})"))
+            for hostport in str(meta.get("bootstrapServers", "")).split(","):
+                host, _, port = hostport.strip().rpartition(":")
+                problem = _service_port(objs, so["metadata"].get("namespace"), host, int(port or 0))
+                if problem:
+                    out.append(Finding(ref(so), f"bootstrapServers {problem}"))
+    return out

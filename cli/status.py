@@ -1,0 +1,364 @@
+"""``streamgrpo status``: one screen of what the system is doing, from the topics and the metrics endpoints.
+
+What it shows, and where each figure comes from:
+
+- consumer lag per group, topic and partition: the committed offsets of every consumer group
+  (confluent-kafka AdminClient) against the true end of each partition (:func:`end_offsets`, which
+  also corrects the embedded Tansu's high-watermark quirk);
+- adapter versions published / primary / canary: the fold of ``adapter-events`` (the A/B
+  controller's own :class:`AdapterState`, with ``[streams] canary_share``), and the statuses of
+  ``adapter-registry`` when it has records;
+- versions served per worker: the newest ``rollouts`` record of each worker instance, plus the
+  rollout endpoint's ``streamgrpo_adapter_version{role="served"}`` when it answers;
+- groups in flight: the streams endpoint's ``streamgrpo_groups_open`` when it is up, else groups
+  requested on ``rollout-requests`` within ``--window`` and not closed on ``groups``;
+- samples waiting for the trainer: the lag of the ``trainer.*`` groups on ``training-samples``
+  (every sample when no trainer group has committed yet);
+- dead letters in the last hour, by reason code, and the last one per consumer;
+- each service's endpoint (``[<service>] metrics_port`` on 127.0.0.1, or ``--endpoint``): up or
+  DOWN (never a crash), and its last ERROR log line.
+
+Works against the embedded broker and any Kafka (the same ``[kafka]`` settings as the services).
+Not covered: groups requested before ``--window`` that are still open (topic fallback only), and
+exactness on a busy cluster (figures are read one after another, not as one snapshot).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import click
+
+from streamgrpo import metrics as M
+from streamgrpo.config import KafkaSettings, load
+
+ADAPTER_TOPIC, REGISTRY_TOPIC, SAMPLES_TOPIC, DLQ_TOPIC = "adapter-events", "adapter-registry", "training-samples", \
+    "dead-letters"
+
+
+@dataclass
+class Lag:
+    group: str
+    topic: str
+    partition: int
+    committed: int
+    end: int
+    lag: int
+
+
+@dataclass
+class Service:
+    service: str
+    target: str
+    up: bool
+    error: str = ""
+    last_error: dict[str, Any] | None = None
+
+
+@dataclass
+class Report:
+    at: float
+    bootstrap: str
+    prefix: str
+    lags: list[Lag] = field(default_factory=list)
+    versions: dict[str, int | None] = field(default_factory=dict)
+    registry: dict[int, str] = field(default_factory=dict)
+    served: dict[str, int] = field(default_factory=dict)
+    served_source: str = "rollouts topic"
+    groups_in_flight: int | None = None
+    groups_source: str = ""
+    samples_waiting: int | None = None
+    dead_letters: int = 0
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+    last_dead_letter: dict[str, str] = field(default_factory=dict)
+    services: list[Service] = field(default_factory=list)
+
+
+class Reader:
+    """Group-less reads of the catalog topics (confluent-kafka), true ends included."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        from confluent_kafka import Consumer
+
+        from streamgrpo.topics.clients import client_config
+
+        self.kafka = kafka
+        self.consumer = Consumer(client_config(kafka, **{"group.id": "streamgrpo-status", "enable.auto.commit": False}))
+        self._ends: dict[str, dict[int, int]] = {}
+
+    def physical(self, topic: str) -> str:
+        return f"{self.kafka.topic_prefix}{topic}"
+
+    def partitions(self, topic: str) -> list[int]:
+        md = self.consumer.list_topics(self.physical(topic), timeout=10).topics.get(self.physical(topic))
+        return [] if md is None or md.error is not None else sorted(md.partitions)
+
+    def ends(self, topic: str) -> dict[int, int]:
+        from streamgrpo.topics.consumer import end_offsets
+
+        if topic not in self._ends:
+            self._ends[topic] = end_offsets(self.consumer, self.physical(topic), self.partitions(topic))
+        return self._ends[topic]
+
+    def since(self, topic: str, since_ms: int | None = None, last: int | None = None) -> list[Any]:
+        """Decoded events of ``topic`` from ``since_ms`` (or the ``last`` records per partition) to its end."""
+        from confluent_kafka import TopicPartition
+
+        from streamgrpo.avro.codec import Codec
+        from streamgrpo.avro.errors import DecodeError
+
+        ends = self.ends(topic)
+        starts = {p: 0 for p in ends}
+        if since_ms is not None and ends:
+            found = self.consumer.offsets_for_times(
+                [TopicPartition(self.physical(topic), p, since_ms) for p in ends], timeout=10)
+            starts = {tp.partition: (tp.offset if tp.offset >= 0 else ends[tp.partition]) for tp in found}
+        if last is not None:
+            starts = {p: max(0, ends[p] - last) for p in ends}
+        todo = {p for p in ends if starts[p] < ends[p]}
+        if not todo:
+            return []
+        codec, out = Codec(self.kafka.schema_registry_url), []
+        self.consumer.assign([TopicPartition(self.physical(topic), p, starts[p]) for p in todo])
+        deadline = time.monotonic() + 15
+        while todo and time.monotonic() < deadline:
+            msg = self.consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            try:
+                out.append(codec.decode(msg.value() or b""))
+            except DecodeError:
+                pass  # a bad record is the dead-letter path's business, not the status screen's
+            partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+            if offset + 1 >= ends[partition]:
+                todo.discard(partition)
+        self.consumer.unassign()
+        return out
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def consumer_lags(reader: Reader) -> list[Lag]:
+    """Committed offset vs partition end for every group that committed on a catalog topic."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    from streamgrpo.topics.catalog import CATALOG
+    from streamgrpo.topics.clients import client_config, logical_name
+
+    admin = AdminClient(client_config(reader.kafka))
+    groups = sorted(g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid)
+    out = []
+    for group in groups:
+        if group == "streamgrpo-status":
+            continue
+        fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=10)[group]
+        for tp in fut.result().topic_partitions or []:
+            topic = logical_name(reader.kafka, tp.topic)
+            if tp.offset < 0 or topic not in CATALOG or not tp.topic.startswith(reader.kafka.topic_prefix):
+                continue
+            end = reader.ends(topic).get(tp.partition, 0)
+            out.append(Lag(group, topic, tp.partition, tp.offset, end, max(0, end - tp.offset)))
+    return out
+
+
+def adapter_versions(reader: Reader, canary_share: float) -> tuple[dict[str, int | None], dict[int, str]]:
+    """(published/primary/canary from adapter-events, {version: status} from adapter-registry)."""
+    from streamgrpo.avro import records as R
+    from streamgrpo.streams.ab_controller import AdapterState
+
+    state = AdapterState()
+    for ev in reader.since(ADAPTER_TOPIC):
+        state.apply(ev, canary_share)
+    registry = {ev.version: ev.status.value for ev in reader.since(REGISTRY_TOPIC) if isinstance(ev, R.AdapterState)}
+    return {"published": state.latest, "primary": state.primary, "canary": state.canary}, registry
+
+
+def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
+    """Newest adapter version in each worker instance's recent RolloutCompleted records."""
+    newest: dict[str, tuple[float, int]] = {}
+    for ev in reader.since("rollouts", last=last):
+        who = f"{ev.envelope.producer.service}/{ev.envelope.producer.instance}"
+        seen = (ev.envelope.event_time.timestamp(), int(ev.adapter_version))  # same millisecond: the higher version
+        newest[who] = max(newest.get(who, seen), seen)
+    return {who: v for who, (_, v) in sorted(newest.items())}
+
+
+def groups_in_flight(reader: Reader, window_s: float) -> int:
+    since = int((time.time() - window_s) * 1000)
+    requested = {ev.envelope.group_id for ev in reader.since("rollout-requests", since)}
+    closed = {ev.envelope.group_id for ev in reader.since("groups", since)}
+    return len(requested - closed)
+
+
+def dead_letters(reader: Reader, report: Report) -> None:
+    since = int((time.time() - 3600) * 1000)
+    events = reader.since(DLQ_TOPIC, since)
+    report.dead_letters = len(events)
+    report.dead_letter_reasons = dict(Counter(ev.reason_code for ev in events).most_common())
+    for ev in events:
+        report.last_dead_letter[ev.consumer] = f"{ev.reason_code}: {ev.reason[:160]}"
+
+
+def service_ports(config_path: str | None) -> dict[str, int]:
+    """Each service's metrics_port from the same settings the services read (defaults if unreadable)."""
+    import importlib
+
+    models = {"streams": "streamgrpo.streams.config:StreamsSettings", "judge": "streamgrpo.judge.config:JudgeSettings",
+              "rollout": "streamgrpo.rollout.config:RolloutConfig", "trainer": "streamgrpo.trainer.config:TrainerConfig"}
+    out = dict(M.DEFAULT_PORTS)
+    for service, target in models.items():
+        module, attr = target.split(":")
+        out[service] = int(load(getattr(importlib.import_module(module), attr), service, path=config_path).metrics_port)
+    return out
+
+
+def probe_services(targets: dict[str, str], timeout_s: float) -> tuple[list[Service], dict[str, M.Reading]]:
+    services, readings = [], {}
+    for service, target in targets.items():
+        reading = M.read_endpoint(target, timeout_s)
+        readings[service] = reading
+        services.append(Service(service, target, reading.up, reading.error,
+                                reading.status.get("last_error") if reading.up else None))
+    return services, readings
+
+
+def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: float = 0.0, window_s: float = 3600.0,
+            timeout_s: float = 2.0) -> Report:
+    """Everything ``status`` shows, as data. Unreachable endpoints are reported, never raised."""
+    from confluent_kafka import KafkaException
+
+    from streamgrpo.topics.clients import bootstrap
+    from streamgrpo.topics.errors import TopicsError
+
+    report = Report(at=time.time(), bootstrap=bootstrap(kafka), prefix=kafka.topic_prefix)
+    report.services, readings = probe_services(targets, timeout_s)
+    reader = Reader(kafka)
+    try:
+        _fill_from_topics(report, reader, readings, canary_share, window_s)
+    except KafkaException as exc:
+        raise TopicsError(f"Kafka at {report.bootstrap} did not answer ({exc}); check [kafka] bootstrap "
+                          "(STREAMGRPO_KAFKA__BOOTSTRAP) or start the embedded broker") from exc
+    finally:
+        reader.close()
+    return report
+
+
+def _fill_from_topics(report: Report, reader: Reader, readings: dict[str, M.Reading], canary_share: float,
+                      window_s: float) -> None:
+    """Every figure that comes from the topics (endpoint readings preferred where they answer)."""
+    report.lags = consumer_lags(reader)
+    report.versions, report.registry = adapter_versions(reader, canary_share)
+    rollout = readings.get("rollout")
+    served = [v for lbl, v in (rollout.series("streamgrpo_adapter_version") if rollout and rollout.up else [])
+              if lbl.get("role") == "served"]
+    report.served = served_from_topics(reader)
+    if rollout is not None and served:
+        report.served[f"endpoint {rollout.target}"] = int(max(served))
+        report.served_source = "rollouts topic + rollout endpoint"
+    streams = readings.get("streams")
+    open_now = streams.get("streamgrpo_groups_open") if streams and streams.up else None
+    if open_now is not None:
+        report.groups_in_flight, report.groups_source = int(open_now), "streams endpoint"
+    else:
+        report.groups_in_flight = groups_in_flight(reader, window_s)
+        report.groups_source = f"topics, last {window_s / 60:.0f} min"
+    trainer = [lag for lag in report.lags if lag.topic == SAMPLES_TOPIC and lag.group.startswith("trainer.")]
+    report.samples_waiting = sum(lag.lag for lag in trainer) if trainer else sum(reader.ends(SAMPLES_TOPIC).values())
+    dead_letters(reader, report)
+
+
+def _ago(t: float, now: float) -> str:
+    s = max(0, now - t)
+    return f"{s:.0f}s ago" if s < 120 else f"{s / 60:.0f} min ago" if s < 7200 else f"{s / 3600:.1f} h ago"
+
+
+def render(r: Report) -> str:
+    """The one screen."""
+    v = r.versions
+    lines = [f"streamgrpo status  kafka {r.bootstrap}{f' (prefix {r.prefix})' if r.prefix else ''}  "
+             f"{time.strftime('%H:%M:%S', time.localtime(r.at))}", ""]
+    lines.append(f"adapters   published v{v.get('published')}   primary v{v.get('primary')}   "
+                 f"canary {'v' + str(v['canary']) if v.get('canary') is not None else '-'}")
+    if r.registry:
+        lines.append("registry   " + "  ".join(f"v{k} {s}" for k, s in sorted(r.registry.items())[-8:]))
+    lines.append(f"served     ({r.served_source}) " + ("  ".join(f"{w} v{ver}" for w, ver in r.served.items()) or "-"))
+    lines.append(f"groups in flight {r.groups_in_flight} ({r.groups_source})   "
+                 f"samples waiting for the trainer {r.samples_waiting}")
+    reasons = ", ".join(f"{k} {n}" for k, n in r.dead_letter_reasons.items())
+    lines.append(f"dead letters, last hour {r.dead_letters}{f' ({reasons})' if reasons else ''}")
+    for consumer, what in r.last_dead_letter.items():
+        lines.append(f"  last from {consumer}: {what}")
+    lines += ["", f"{'consumer group':<28} {'topic':<18} {'part':>4} {'committed':>10} {'end':>10} {'lag':>8}"]
+    for lag in sorted(r.lags, key=lambda x: (x.group, x.topic, x.partition)):
+        lines.append(f"{lag.group[:28]:<28} {lag.topic[:18]:<18} {lag.partition:>4} {lag.committed:>10} "
+                     f"{lag.end:>10} {lag.lag:>8}")
+    if not r.lags:
+        lines.append("  (no consumer group has committed offsets yet)")
+    lines += ["", f"{'service':<8} {'endpoint':<22} state"]
+    for s in r.services:
+        state = "up" if s.up else f"DOWN ({s.error})"
+        if s.last_error:
+            state += f"   last error {_ago(s.last_error['time'], r.at)}: {s.last_error['message'][:90]}"
+        lines.append(f"{s.service:<8} {s.target:<22} {state}")
+    return "\n".join(lines)
+
+
+def _targets(ports: dict[str, int], host: str, endpoints: tuple[str, ...]) -> dict[str, str]:
+    targets = {s: f"{host}:{p}" for s, p in ports.items() if p}
+    for item in endpoints:
+        service, _, target = item.partition("=")
+        if service not in M.SERVICES or not target:
+            raise click.BadParameter(f"{item!r}: use SERVICE=HOST:PORT with SERVICE in {', '.join(M.SERVICES)}",
+                                     param_hint="--endpoint")
+        targets[service] = target
+    return targets
+
+
+@click.command("status")
+@click.option("--watch", "watch", type=float, default=None, metavar="SECONDS",
+              help="Refresh the screen every SECONDS until Ctrl-C.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (for scripts).")
+@click.option("--endpoint", "endpoints", multiple=True, metavar="SERVICE=HOST:PORT",
+              help="Metrics endpoint of a service (repeatable), e.g. rollout=10.0.0.7:9463 or a kubectl "
+                   "port-forward. Default: 127.0.0.1 and each service's [<service>] metrics_port.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Host of the default endpoints.")
+@click.option("--window", "window_s", type=float, default=3600.0, show_default=True,
+              help="Seconds of rollout-requests read to count groups in flight when the streams endpoint is down.")
+@click.option("--timeout", "timeout_s", type=float, default=2.0, show_default=True,
+              help="Seconds to wait for each metrics endpoint.")
+@click.pass_context
+def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tuple[str, ...], host: str,
+           window_s: float, timeout_s: float) -> None:
+    """One screen: consumer lag per group and partition, groups in flight, adapter versions (published,
+    primary, canary, served per worker), samples waiting for the trainer, dead letters in the last hour
+    and each service's endpoint with its last error.
+
+    Reads the topics with the [kafka] settings (embedded broker when unset) and every reachable
+    metrics endpoint; a service whose endpoint does not answer is shown as DOWN.
+    """
+    from streamgrpo.streams.config import StreamsSettings
+
+    config_path = (ctx.obj or {}).get("config_path")
+    kafka = load(KafkaSettings, "kafka", path=config_path)
+    canary_share = load(StreamsSettings, "streams", path=config_path).canary_share
+    targets = _targets(service_ports(config_path), host, endpoints)
+    while True:
+        report = collect(kafka, targets, canary_share=canary_share, window_s=window_s, timeout_s=timeout_s)
+        if as_json:
+            click.echo(json.dumps(asdict(report), default=str))
+        else:
+            if watch:
+                click.clear()
+            click.echo(render(report))
+        if not watch:
+            return
+        try:
+            time.sleep(watch)
+        except KeyboardInterrupt:
+            return

@@ -1,0 +1,156 @@
+"""``streamgrpo status`` on the real broker: lag per group and partition, adapter versions, served per
+worker, groups in flight, samples waiting, dead letters, and services up or DOWN (never a crash)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import socket
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from streamgrpo import metrics as M
+from streamgrpo.avro import records as R
+from streamgrpo.cli import cli
+from streamgrpo.cli.status import collect, render
+from streamgrpo.config import KafkaSettings
+from streamgrpo.topics.clients import client_config
+from streamgrpo.topics.producer import EventProducer
+
+pytestmark = pytest.mark.broker
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _sample(kind: type[R.Event]) -> Any:
+    from fixtures.sample_events import sample_events
+
+    return next(e for e in sample_events() if isinstance(e, kind))
+
+
+def _env(service: str, instance: str = "host:1", salt: object = "", **ids: Any) -> R.Envelope:
+    """A fresh envelope (now, so it is inside the last hour) from ``service``/``instance``."""
+    return dataclasses.replace(R.Envelope.new(service, **ids), producer=R.Producer(service=service, instance=instance),
+                               event_id=R.derived_id("status-test", service, instance, salt, *ids.values()))
+
+
+def _produce(kafka: KafkaSettings) -> None:
+    p = EventProducer(kafka, "tests")
+    pub = _sample(R.AdapterPublished)
+    for v in (1, 2, 3):
+        p.send(dataclasses.replace(pub, envelope=_env("trainer", salt=v), version=v))
+    p.send(dataclasses.replace(_sample(R.AdapterPromoted), envelope=_env("streams"), version=2, previous_version=1))
+    state = _sample(R.AdapterState)
+    for v, status in ((1, R.AdapterStatus.RETIRED), (2, R.AdapterStatus.PRIMARY)):
+        p.send(dataclasses.replace(state, envelope=_env("streams", salt=v), version=v, status=status))
+    req = _sample(R.RolloutRequest)
+    for g in ("g1", "g2", "g3"):
+        p.send(dataclasses.replace(req, envelope=_env("streams", group_id=g, rollout_id=f"{g}-r0")))
+    p.send(dataclasses.replace(_sample(R.GroupClosed), envelope=_env("streams", group_id="g1")))
+    done = _sample(R.RolloutCompleted)
+    for instance, version in (("w1", 1), ("w1", 2), ("w2", 3)):
+        p.send(dataclasses.replace(done, envelope=_env("rollout", instance, group_id=f"g-{instance}-{version}"),
+                                   adapter_version=version))
+    sample = _sample(R.TrainingSample)
+    for i in range(6):
+        p.send(dataclasses.replace(sample, envelope=_env("streams", group_id=f"s{i}", rollout_id=f"s{i}")))
+    dl = _sample(R.DeadLetter)
+    for i, code in enumerate(("decode_error", "decode_error", "trainer_stale")):
+        p.send(dataclasses.replace(dl, envelope=_env("judge", salt=i), reason_code=code, consumer="judge",
+                                   source_offset=i))
+    p.flush()
+
+
+def _commit_trainer(kafka: KafkaSettings) -> dict[int, int]:
+    """The trainer group commits all but the last sample of each partition; returns the ends."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from streamgrpo.topics.consumer import end_offsets
+
+    c = Consumer(client_config(kafka, **{"group.id": "trainer.planner.default", "enable.auto.commit": False}))
+    topic = f"{kafka.topic_prefix}training-samples"
+    ends = end_offsets(c, topic, [0, 1, 2])
+    c.commit(offsets=[TopicPartition(topic, p, e - 1) for p, e in ends.items() if e > 0], asynchronous=False)
+    c.close()
+    return ends
+
+
+def test_status_from_topics_with_services_down(kafka_ns: KafkaSettings) -> None:
+    _produce(kafka_ns)
+    ends = _commit_trainer(kafka_ns)
+    judge_port, down = _free_port(), _free_port()
+    M.start("judge", judge_port, host="127.0.0.1")
+    try:
+        logging.getLogger("streamgrpo.judge.test").error("LLM judge endpoint refused the connection")
+        targets = {"judge": f"127.0.0.1:{judge_port}", "rollout": f"127.0.0.1:{down}",
+                   "streams": f"127.0.0.1:{down}", "trainer": f"127.0.0.1:{down}"}
+        report = collect(kafka_ns, targets, canary_share=0.5, timeout_s=0.5)
+    finally:
+        M.stop()
+    assert report.versions == {"published": 3, "primary": 2, "canary": 3}
+    assert report.registry == {1: "RETIRED", 2: "PRIMARY"}
+    assert report.served == {"rollout/w1": 2, "rollout/w2": 3} and report.served_source == "rollouts topic"
+    assert report.groups_in_flight == 2 and report.groups_source.startswith("topics")
+    with_data = [p for p, e in ends.items() if e > 0]
+    assert report.samples_waiting == len(with_data)
+    trainer = [lag for lag in report.lags if lag.group == "trainer.planner.default"]
+    assert sorted((lag.partition, lag.lag, lag.end) for lag in trainer) == sorted((p, 1, ends[p]) for p in with_data)
+    assert report.dead_letters == 3 and report.dead_letter_reasons == {"decode_error": 2, "trainer_stale": 1}
+    assert report.last_dead_letter["judge"].startswith("trainer_stale")
+    up = {s.service: s for s in report.services}
+    assert up["judge"].up and up["judge"].last_error["message"] == "LLM judge endpoint refused the connection"
+    assert not up["rollout"].up and up["rollout"].error
+    screen = render(report)
+    assert "DOWN" in screen and "trainer.planner.default" in screen and "canary v3" in screen
+
+
+def test_status_prefers_endpoints_when_up(kafka_ns: KafkaSettings) -> None:
+    streams_port, rollout_port = _free_port(), _free_port()
+    streams, rollout = M.Metrics("streams"), M.Metrics("rollout")
+    try:
+        assert streams.serve(streams_port, "127.0.0.1") and rollout.serve(rollout_port, "127.0.0.1")
+        streams.set(M.GROUPS_OPEN, 7)
+        rollout.set(M.ADAPTER_VERSION, 5, role="served")
+        report = collect(kafka_ns, {"streams": f"127.0.0.1:{streams_port}", "rollout": f"127.0.0.1:{rollout_port}"},
+                         timeout_s=1.0)
+    finally:
+        streams.close()
+        rollout.close()
+    assert report.groups_in_flight == 7 and report.groups_source == "streams endpoint"
+    assert report.served == {f"endpoint 127.0.0.1:{rollout_port}": 5}
+    assert report.served_source == "rollouts topic + rollout endpoint"
+    assert report.versions == {"published": 0, "primary": 0, "canary": None} and report.lags == []
+
+
+def test_status_cli_json_and_screen(kafka_ns: KafkaSettings) -> None:
+    _produce(kafka_ns)
+    down = _free_port()
+    env = {"STREAMGRPO_KAFKA__BOOTSTRAP": kafka_ns.bootstrap or "", "STREAMGRPO_KAFKA__TOPIC_PREFIX": kafka_ns.topic_prefix,
+           "STREAMGRPO_CONFIG": ""}
+    args = [f"--endpoint={s}=127.0.0.1:{down}" for s in M.SERVICES]
+    runner = CliRunner()
+    out = runner.invoke(cli, ["status", "--json", "--timeout", "0.3", *args], env=env)
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["versions"]["published"] == 3 and data["dead_letters"] == 3
+    assert [s["up"] for s in data["services"]] == [False] * 4
+    screen = runner.invoke(cli, ["status", "--timeout", "0.3", *args], env=env)
+    assert screen.exit_code == 0 and screen.output.count("DOWN") == 4
+    bad = runner.invoke(cli, ["status", "--endpoint", "nope=1.2.3.4:5"], env=env)
+    assert bad.exit_code == 2 and "SERVICE=HOST:PORT" in bad.output
+
+
+def test_status_says_what_to_do_when_kafka_is_down() -> None:
+    down = _free_port()
+    env = {"STREAMGRPO_KAFKA__BOOTSTRAP": f"127.0.0.1:{down}", "STREAMGRPO_CONFIG": ""}
+    out = CliRunner().invoke(cli, ["status", "--timeout", "0.2", *[f"--endpoint={s}=127.0.0.1:{down}" for s in M.SERVICES]],
+                             env=env)
+    assert out.exit_code != 0
+    assert "did not answer" in str(out.exception) + out.output and "STREAMGRPO_KAFKA__BOOTSTRAP" in str(out.exception) + out.output
