@@ -32,9 +32,10 @@ ADAPTER = "planner"
 
 
 def _task_event(row: Any, group: int) -> Any:
+    from streamgrpo.avro import ids
     from streamgrpo.avro import records as R
 
-    task_id = R.derived_id("task", row.metadata.get("row_id", row.question))
+    task_id = ids.derived_id("task", row.metadata.get("row_id", row.question))
     return R.Task(envelope=R.Envelope.new("bench", task_id=task_id), question=row.question, source=row.source,
                   group_size=group, ground_truths=list(row.ground_truths), metadata=dict(row.metadata))
 

@@ -150,12 +150,12 @@ def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
 
 
 #: Settings the run fills in unless the user's file sets them (strings are templates over run_dir and home).
-#: Trainer and rollout workers must share the adapter store; each run gets its own store and
-#: Faust state, while the converted model is cached once under <home>/models.
+#: Each run gets its own adapter store (one [loop] setting: the trainer writes it, the workers read it)
+#: and Faust state, while the converted model is cached once under <home>/models.
 RUN_DEFAULTS: dict[str, dict[str, Any]] = {
     "kafka": {"session_timeout_ms": 6000},  # the embedded broker answers joins after half of it
-    "trainer": {"store_root": "{run_dir}/adapters", "model_cache_dir": "{home}/models", "run_name": "{run_id}"},
-    "rollout": {"adapter_store": "{run_dir}/adapters", "model_cache_dir": "{home}/models"},
+    "loop": {"home": "{home}", "adapter_store": "{run_dir}/adapters", "model_cache": "{home}/models"},
+    "trainer": {"run_name": "{run_id}"},
     "streams": {"data_dir": "{run_dir}/streams", "archive_dir": "{run_dir}/archive"},
 }
 

@@ -85,8 +85,8 @@ class _EpilogGroup(click.Group):
               help="On-disk score cache (sqlite) shared across restarts.")
 @click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint for the llm/group_relative judges.")
 @click.option("--llm-model", default=None, help="Model name for the llm/group_relative judges.")
-@click.option("--llm-api-key", default=None, envvar="STREAMGRPO_JUDGE_LLM_API_KEY", show_envvar=True,
-              help="API key of the endpoint (never logged).")
+@click.option("--llm-api-key", default=None,
+              help="API key of the endpoint (never logged); prefer the environment: STREAMGRPO_JUDGE__LLM__API_KEY.")
 @click.option("--max-idle-s", type=float, default=None,
               help="Exit after this many idle seconds (nothing polled, nothing pending). Default: run until Ctrl-C.")
 @click.pass_context

@@ -39,8 +39,10 @@ _DONE_MARKER = "streamgrpo-converted.txt"
 
 
 def default_cache_dir() -> Path:
-    """``~/.streamgrpo/models`` (the broker home's model cache)."""
-    return Path.home() / ".streamgrpo" / "models"
+    """The default ``[loop] model_cache`` (``<home>/models``), for callers without settings."""
+    from streamgrpo.config import LoopSettings
+
+    return LoopSettings.model_validate({}).model_cache
 
 
 def bundled_gguf_path() -> Path:

@@ -210,10 +210,11 @@ async def serve(cfg: Any, kafka: Any, *, max_rollouts: int | None = None, stop: 
             pass
     policy = await asyncio.to_thread(build_policy, cfg)
     ctx = build_context(cfg, policy)
-    follower = AdapterFollower(policy, adapter_name=cfg.adapter_name, keep_last=cfg.keep_resident) \
+    follower = AdapterFollower(policy, adapter_name=cfg.adapter_name, store_root=cfg.adapter_store,
+                               keep_last=cfg.keep_resident, canary_share=cfg.canary_share) \
         if cfg.follow_adapters else None
     producer = EventProducer(kafka, cfg.service)
-    follow_task = asyncio.create_task(follow(follower, kafka, stop, service=cfg.service)) if follower else None
+    follow_task = asyncio.create_task(follow(follower, kafka, stop)) if follower else None
     try:
         worker = RolloutWorker(cfg, kafka, ctx, producer, follower)
         return await worker.run(stop, max_rollouts=max_rollouts)

@@ -4,7 +4,7 @@ A rollout's sample is *ready* when its group is closed and trains, the rollout h
 its RolloutCompleted said how many planner turns it took, and that many distinct turns arrived.
 The sample's turns are sorted by turn number (duplicates were dropped on arrival); its advantage is
 the rollout's trajectory advantage, given to every turn (Flow-GRPO). Its id is
-``derived_id("sample", rollout_id)``: a re-emission after a crash carries the same id, so the
+``ids.sample_id(rollout_id)``: a re-emission after a crash carries the same id, so the
 trainer de-duplicates by id.
 
 What is not covered: storing action payloads and the timing of emission (see ``window.py``).
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
 from streamgrpo.streams.window_core import GroupState
 
 

@@ -12,7 +12,7 @@ the agent handles the tick inside stream iteration, where tables may be written.
 
 Delivery: at-least-once. Samples and GroupClosed are sent and their delivery awaited BEFORE the
 table records them as emitted, so a crash can repeat an emission but never lose one; repeats carry
-the same deterministic id (``derived_id("sample", rollout_id)``) and the trainer drops them by id.
+the same deterministic id (``ids.sample_id(rollout_id)``) and the trainer drops them by id.
 Counted (``ctx.counters``): ``groups.<reason>``, ``rewards.duplicate``, ``actions.expired``.
 """
 
@@ -26,11 +26,11 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
 from streamgrpo.streams import window_core as W
 from streamgrpo.streams.advantages import build_estimator
-from streamgrpo.streams.app import StreamsContext
+from streamgrpo.streams.app import FaustEvent, StreamsContext
 from streamgrpo.streams.samples import StoredTurn, action_key, build_sample, ready_rollouts
 from streamgrpo.topics.catalog import spec
 
@@ -61,13 +61,8 @@ class Window:
         raw = self.groups.get(group_id)
         return W.GroupState.from_dict(raw) if raw else None
 
-    def _state_for(self, event: R.Event, expected: int, partition: int) -> W.GroupState:
-        env = event.envelope
-        state = self._load(env.group_id or "")
-        return state or W.new_state(env.group_id or "", env.task_id, expected, time.time(), partition)
-
     # -- handlers ---------------------------------------------------------------------------------
-    async def on_record(self, ev: Any) -> None:
+    async def on_record(self, ev: FaustEvent) -> None:
         topic = ev.message.topic
         if topic == self.ctx.name(TICKS):
             await self.on_tick((ev.key or b"").decode())
@@ -206,5 +201,5 @@ def register(ctx: StreamsContext) -> Window:
 
     ctx.app.agent(window.source, name="streamgrpo.window")(window_agent)
     ctx.app.timer(ctx.settings.tick_interval_s, name="streamgrpo.window.ticks")(window.send_ticks)
-    ctx.window = window  # type: ignore[attr-defined]
+    ctx.window = window
     return window

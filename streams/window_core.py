@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
 from streamgrpo.streams.advantages import Estimator
 
 
@@ -142,6 +142,7 @@ def _close(state: GroupState, status: R.GroupStatus, policy: WindowPolicy, now: 
         status=status, expected=state.expected, received=len(state.rewards), reward_mean=mean,
         reward_std=std, estimator=policy.estimator_name, trains=trains, reason=reason,
         adapter_version=versions[0] if versions else 0, missing_rollout_ids=missing_rollouts(state),
+        samples=len(advantages),
     )
     new = replace(state, closed=True, closed_at=now, trains=trains, advantages=advantages, mean=mean, std=std,
                   size=len(scores), estimator=policy.estimator_name)

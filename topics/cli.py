@@ -208,7 +208,7 @@ def tail(ctx: click.Context, topic: str, from_beginning: bool, limit: int | None
     Without --follow it stops at the topic's current end.
     """
     from streamgrpo.topics.catalog import CATALOG
-    from streamgrpo.topics.consumer import iter_topic
+    from streamgrpo.topics.follow import iter_topic
 
     if topic not in CATALOG:
         raise click.ClickException(f"unknown topic {topic!r}; known: {', '.join(CATALOG)}")

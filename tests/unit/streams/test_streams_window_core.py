@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
 from streamgrpo.streams.advantages import build_estimator
 from streamgrpo.streams.samples import StoredTurn, build_sample, ready_rollouts
 from streamgrpo.streams.window_core import (
@@ -29,7 +29,7 @@ def policy(partial: str = "score", min_size: int = 2, est: str = "grpo") -> Wind
 def reward(i: int, score: float, status: R.RewardStatus = R.RewardStatus.OK, n: int = 4) -> R.Reward:
     rid = ids.rollout_id(G, i)
     return R.Reward(
-        envelope=R.Envelope.new("judge", event_id=R.derived_id("reward", rid), task_id="task-1", group_id=G, rollout_id=rid),
+        envelope=R.Envelope.new("judge", event_id=ids.derived_id("reward", rid), task_id="task-1", group_id=G, rollout_id=rid),
         score=score, status=status, judge=R.JudgeInfo("math", "h"), group_size=n, adapter_name="planner",
         adapter_version=3, turns=2, rollout_status=R.RolloutStatus.ANSWERED,
     )
