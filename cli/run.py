@@ -30,6 +30,7 @@ from typing import Any
 import click
 
 from streamgrpo.cli.progress import Progress, RunTracker
+from streamgrpo.config import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +238,7 @@ def execute(cfg: RunSettings) -> Path:
     return report_dir
 
 
-def _submit(cfg: RunSettings, kafka: Any) -> int:
+def _submit(cfg: RunSettings, kafka: KafkaSettings) -> int:
     from streamgrpo.tasks.reader import read_rows
     from streamgrpo.topics.producer import EventProducer
     from streamgrpo.topics.sdk import publish_rows

@@ -13,14 +13,19 @@ import signal
 import sys
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from streamgrpo.config import KafkaSettings
+    from streamgrpo.rollout.config import RolloutConfig
+    from streamgrpo.rollout.worker import WorkerStats
 
 from streamgrpo.config import describe
 
 
-def _settings(ctx: click.Context, overrides: dict[str, Any]) -> Any:
+def _settings(ctx: click.Context, overrides: dict[str, Any]) -> RolloutConfig:
     from streamgrpo.config import load
     from streamgrpo.rollout.config import RolloutConfig
 
@@ -28,7 +33,7 @@ def _settings(ctx: click.Context, overrides: dict[str, Any]) -> Any:
     return load(RolloutConfig, "rollout", path=path, overrides=overrides)
 
 
-def _tools_override(cfg: Any, tools: str | None, corpus: str | None) -> Any:
+def _tools_override(cfg: RolloutConfig, tools: str | None, corpus: str | None) -> RolloutConfig:
     updates: dict[str, Any] = {}
     if tools:
         updates["enabled"] = [t.strip() for t in tools.split(",") if t.strip()]
@@ -160,20 +165,19 @@ class _JsonPrinter:
 @click.option("--model", default=None, help="Base model (alias, local dir, or the vLLM served name).")
 @click.option("--device", default=None, help="Torch device of the local policy.")
 @click.option("--vllm-url", default=None, help="OpenAI-compatible base URL of vLLM.")
-@click.option("--adapter-store", type=click.Path(file_okay=False), default=None, help="Adapter store root.")
+@click.option("--adapter-store", type=click.Path(file_okay=False), default=None,
+              help="Adapter store root ([loop] adapter_store; adapters load only from inside it).")
 @click.option("--keep-resident", type=int, default=None, help="Adapter versions kept loaded (K, default 4).")
 @click.option("--no-follow", is_flag=True, default=False, help="Do not follow adapter-events (serve the base model).")
 @click.option("--roles", type=_MODES, default=None,
               help="'model-free' (default): rule/passthrough roles; 'model': role model for every role.")
-@click.option("--max-turns", type=int, default=None, help="Cap on a request's max_turns (default 4).")
 @click.option("--max-rollouts", type=int, default=None, help="Exit after this many rollouts (benchmarks, tests).")
 @click.option("--show-settings", is_flag=True, is_eager=True, expose_value=False, callback=_show_settings,
               help="Print every [rollout] setting (env name, default, description) and exit.")
 @click.pass_context
 def rollout(ctx: click.Context, bootstrap: str | None, concurrency: int | None, policy: str | None,
             model: str | None, device: str | None, vllm_url: str | None, adapter_store: str | None,
-            keep_resident: int | None, no_follow: bool, roles: str | None, max_turns: int | None,
-            max_rollouts: int | None) -> None:
+            keep_resident: int | None, no_follow: bool, roles: str | None, max_rollouts: int | None) -> None:
     """Run a rollout worker: consume rollout-requests (consumer group "rollout"), run each group's
     trajectories in lockstep, produce PlannerAction / ToolObservation / Verdict / RolloutCompleted
     events, then commit (at-least-once). Follows adapter-events and hot-swaps verified adapters."""
@@ -181,8 +185,7 @@ def rollout(ctx: click.Context, bootstrap: str | None, concurrency: int | None, 
     from streamgrpo.rollout.config import ASK_MODEL_MODES
 
     overrides: dict[str, Any] = {"concurrency": concurrency, "policy": policy, "model": model, "device": device,
-                                 "vllm_url": vllm_url, "adapter_store": adapter_store, "keep_resident": keep_resident,
-                                 "max_turns": max_turns}
+                                 "vllm_url": vllm_url, "adapter_store": adapter_store, "keep_resident": keep_resident}
     if no_follow:
         overrides["follow_adapters"] = False
     if roles == "model":
@@ -194,7 +197,8 @@ def rollout(ctx: click.Context, bootstrap: str | None, concurrency: int | None, 
                f"rate={stats.rate():.3f}/s")
 
 
-async def serve(cfg: Any, kafka: Any, *, max_rollouts: int | None = None, stop: asyncio.Event | None = None) -> Any:
+async def serve(cfg: RolloutConfig, kafka: KafkaSettings, *, max_rollouts: int | None = None,
+                stop: asyncio.Event | None = None) -> WorkerStats:
     """Build policy, tools, producer and follower; run the worker until stopped. Returns its stats."""
     from streamgrpo.rollout.adapters import AdapterFollower, follow
     from streamgrpo.rollout.runtime import build_context, build_policy

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -103,6 +103,12 @@ class FaustEvent(Protocol):
     message: FaustMessage
     key: bytes | None
     value: bytes | None
+
+
+class FaustStream(Protocol):
+    """The stream an agent iterates (``faust.types.StreamT`` over raw-bytes records)."""
+
+    def events(self) -> AsyncIterator[FaustEvent]: ...
 
 
 class StreamsApp(faust.App):

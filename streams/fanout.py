@@ -34,12 +34,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.streams.ab_controller import choose_version
-from streamgrpo.streams.app import FaustEvent, StreamsContext
+from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TASK_BYTES
 
@@ -130,7 +129,7 @@ def register(ctx: StreamsContext) -> None:
     view = follower.view
     policy = FanoutPolicy.from_settings(ctx.settings)
 
-    async def fanout_agent(stream: Any) -> None:
+    async def fanout_agent(stream: FaustStream) -> None:
         async for ev in stream.events():
             task = await ctx.decode(ev, (R.Task,))
             if isinstance(task, R.Task):

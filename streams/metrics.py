@@ -21,10 +21,9 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
 
 from streamgrpo.avro import records as R
-from streamgrpo.streams.app import StreamsContext
+from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.topics.dedup import RecentIds
 
 log = logging.getLogger(__name__)
@@ -120,7 +119,7 @@ def register(ctx: StreamsContext) -> None:
     windows = RewardWindows(s.metrics_window_s, s.success_threshold)
     prom = Prometheus(s.prometheus_port)
 
-    async def metrics_agent(stream: Any) -> None:
+    async def metrics_agent(stream: FaustStream) -> None:
         async for ev in stream.events():
             reward = await ctx.decode(ev, (R.Reward,))
             if isinstance(reward, R.Reward) and windows.add(reward):

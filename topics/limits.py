@@ -27,5 +27,6 @@ MAX_TURNS = 64
 #: by the original's size and sha256.
 DEAD_LETTER_VALUE_BYTES = 16 * 1024
 DEAD_LETTER_KEY_BYTES = 1024
-#: Characters of a dead letter's reason.
-DEAD_LETTER_REASON_CHARS = 2000
+#: Characters of a reason or error text carried by an event (a dead letter's reason, a Reward's error).
+MAX_REASON_CHARS = 2000
+DEAD_LETTER_REASON_CHARS = MAX_REASON_CHARS

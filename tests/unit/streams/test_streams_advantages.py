@@ -52,7 +52,7 @@ def test_advantage_is_per_trajectory_not_per_turn(name: str) -> None:
     rollout gets its trajectory's advantage (turn count never enters the estimator)."""
     from streamgrpo.avro import ids
     from streamgrpo.avro import records as R
-    from streamgrpo.streams.samples import StoredTurn, build_sample
+    from streamgrpo.streams.samples import build_sample
     from streamgrpo.streams.window_core import GroupState, RewardEntry
 
     rewards = {"short": 1.0, "long": 1.0, "bad": 0.0}
@@ -66,7 +66,9 @@ def test_advantage_is_per_trajectory_not_per_turn(name: str) -> None:
     )
     turns = {"short": 1, "long": 5}
     samples = {
-        k: build_sample(state, k, [StoredTurn(t, [t], [t], [-0.1], "planner", 0) for t in range(1, n + 1)])
+        k: build_sample(state, k, [R.PlannerAction(R.Envelope.new("r", rollout_id=k, turn=t), [t], "a", [t], [-0.1],
+                                                   "planner", 0, R.SamplingParams(), R.ParseStatus.STRICT, "h", 1)
+                                   for t in range(1, n + 1)])
         for k, n in turns.items()
     }
     assert [len(s.turns) for s in samples.values()] == [1, 5]
