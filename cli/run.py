@@ -305,7 +305,7 @@ def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
 @click.option("--rollout-workers", type=click.IntRange(1, 16), default=1, show_default=True,
               help="Rollout worker processes (each loads the model).")
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="State directory for runs, adapters and the model cache (default ~/.streamgrpo).")
+              help="State directory for runs, adapters and the model cache (default $STREAMGRPO_HOME, ~/.streamgrpo).")
 @click.option("--bootstrap", default=None, help="Use this Kafka instead of starting the embedded broker.")
 @click.option("--until-version", type=click.IntRange(1), default=None,
               help="Stop early once a rollout served by this adapter version (or newer) has completed.")

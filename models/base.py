@@ -39,10 +39,11 @@ _DONE_MARKER = "streamgrpo-converted.txt"
 
 
 def default_cache_dir() -> Path:
-    """The default ``[loop] model_cache`` (``<home>/models``), for callers without settings."""
-    from streamgrpo.config import LoopSettings
+    """``[loop] model_cache`` as this process's settings say (``$STREAMGRPO_HOME/models`` by default), for
+    callers that pass no cache directory."""
+    from streamgrpo.config import LoopSettings, load
 
-    return LoopSettings.model_validate({}).model_cache
+    return load(LoopSettings, "loop").model_cache
 
 
 def bundled_gguf_path() -> Path:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    from streamgrpo.avro import records as R
     from streamgrpo.config import KafkaSettings
     from streamgrpo.rollout.config import RolloutConfig
     from streamgrpo.rollout.worker import WorkerStats
@@ -127,7 +128,7 @@ class _StepPrinter:
         click.echo(f"Analysis [{a.mode}]: skills: {', '.join(a.skills) or '-'}; useful tools: "
                    f"{', '.join(a.tools) or '-'}")
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: R.Event) -> None:
         from streamgrpo.avro import records as R
 
         if isinstance(event, R.PlannerAction):
@@ -153,7 +154,7 @@ class _JsonPrinter:
     def analysis(self, a: Any) -> None:
         click.echo(json.dumps({"analysis": {"skills": list(a.skills), "tools": list(a.tools), "mode": a.mode}}))
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: R.Event) -> None:
         click.echo(json.dumps({"type": type(event).__name__, "event": event.to_avro()}, default=str))
 
 
