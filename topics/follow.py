@@ -54,14 +54,9 @@ class StopSignal(Protocol):
     def is_set(self) -> bool: ...
 
 
-class Fold(Protocol):
-    """A pure reducer over events (e.g. :class:`streamgrpo.models.registry.AdapterRegistry`)."""
-
-    def apply(self, event: Event) -> object: ...
-
-
 def fold_events(apply: Callable[[Event], object]) -> RecordHandler:
-    """A handler that applies every decoded event to a fold (``fold_events(registry.apply)``)."""
+    """A handler that applies every decoded event to a fold, e.g. ``fold_events(registry.apply)`` for an
+    :class:`~streamgrpo.models.registry.AdapterRegistry` (records that did not decode are skipped)."""
 
     async def handle(batch: list[Received]) -> None:
         for rec in batch:
