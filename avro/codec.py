@@ -67,10 +67,6 @@ class Codec:
         self._extra[sv.fingerprint] = sv
         return sv.fingerprint
 
-    @property
-    def uses_registry(self) -> bool:
-        return self._registry is not None
-
     # -- encode ---------------------------------------------------------------------------------
     def encode(self, event: Event, topic: str | None = None, writer: registry.SchemaVersion | None = None) -> bytes:
         """Encode with the current schema (or ``writer``, an older/registered version, for tests and tools)."""

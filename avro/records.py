@@ -1,13 +1,11 @@
 """Frozen dataclasses mirroring the ``.avsc`` contract, with explicit ``to_avro``/``from_avro``.
 
-No I/O here. Field names and order match the schemas; ``tests/unit/avro/test_records.py`` fails
-when a dataclass and its ``.avsc`` drift apart. Enums are ``str`` enums whose values are the Avro
+No I/O here. Field names and order match the schemas; ``tests/unit/avro/test_avro_contract.py``
+fails when a dataclass and its ``.avsc`` drift apart. Enums are ``str`` enums whose values are the Avro
 symbols. ``event_time`` is a timezone-aware UTC ``datetime`` (Avro ``timestamp-millis``);
 ``event_id`` is a ``str`` UUID (Avro ``uuid`` logical type).
 
-Deterministic ids: :func:`derived_id` is the one way to make the id of a derived event (a Reward
-from a rollout, a TrainingSample from a rollout...), so a redelivery produces the same id and the
-consumer drops it.
+Ids of derived events are deterministic: :mod:`streamgrpo.avro.ids` makes every one of them.
 """
 
 from __future__ import annotations
@@ -24,14 +22,8 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar, TypeVar
 
 NAMESPACE = "streamgrpo.events"
-_ID_NAMESPACE = uuid.UUID("6f1c1d2e-6a7b-4a53-9a58-3d8e5e0c7f10")
 
 E = TypeVar("E", bound="Event")
-
-
-def derived_id(kind: str, *parts: object) -> str:
-    """Deterministic UUID (v5) of a derived event from its kind and inputs."""
-    return str(uuid.uuid5(_ID_NAMESPACE, kind + "|" + "|".join(str(p) for p in parts)))
 
 
 def now_utc() -> datetime:
@@ -343,6 +335,7 @@ class GroupClosed(Event):
     reason: str
     adapter_version: int
     missing_rollout_ids: list[str] = field(default_factory=list)
+    samples: int | None = None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from streamgrpo.avro.codec import Codec
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics.admin import ensure
 from streamgrpo.topics.broker import EmbeddedBroker
-from streamgrpo.topics.consumer import EventConsumer, read_topic
+from streamgrpo.topics.consumer import EventConsumer
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 

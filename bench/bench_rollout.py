@@ -37,7 +37,7 @@ from streamgrpo.rollout.runtime import build_context, build_policy
 from streamgrpo.rollout.worker import RolloutWorker
 from streamgrpo.tasks.builtin import builtin_tasks
 from streamgrpo.topics.admin import ensure
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 

@@ -22,10 +22,12 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
+import _paths  # noqa: F401 - tests/ on sys.path for support.streams
+from support.streams import SyntheticGroup, WorkerProcess, synthetic_group
+
 from streamgrpo.config import KafkaSettings
-from streamgrpo.streams.devtools import SyntheticGroup, WorkerProcess, synthetic_group
 from streamgrpo.topics.admin import ensure
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 
@@ -50,18 +52,16 @@ def wait_consumed(kafka: KafkaSettings, group: str, topics: list[str], timeout_s
     from confluent_kafka import Consumer, TopicPartition
 
     from streamgrpo.topics.clients import client_config
-    from streamgrpo.topics.consumer import end_offsets
+    from streamgrpo.topics.follow import log_bounds
 
     consumer = Consumer(client_config(kafka, **{"group.id": group, "enable.auto.commit": False}))
     try:
         deadline = time.monotonic() + timeout_s
-        names = [f"{kafka.topic_prefix}{t}" for t in topics]
-        ends = {n: end_offsets(consumer, n, list(consumer.list_topics(n, timeout=10).topics[n].partitions))
-                for n in names}
+        ends = {tp: end for tp, (_, end) in log_bounds(kafka, [f"{kafka.topic_prefix}{t}" for t in topics]).items()}
         while time.monotonic() < deadline:
-            tps = [TopicPartition(n, p) for n in names for p in ends[n]]
-            committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, timeout=10)}
-            if all(committed[(n, p)] >= end for n in names for p, end in ends[n].items()):
+            committed = {(tp.topic, tp.partition): tp.offset
+                         for tp in consumer.committed([TopicPartition(t, p) for t, p in ends], timeout=10)}
+            if all(committed[tp] >= end for tp, end in ends.items()):
                 return
             time.sleep(0.5)
         sys.exit(f"worker did not drain {topics} within {timeout_s}s")

@@ -30,6 +30,7 @@ MODES = ("action_only", "full_logits")
 def samples(tokenizer_len: int, n: int, prompt_tokens: int, action_tokens: int, seed: int) -> list:
     import torch
 
+    from streamgrpo.avro import ids
     from streamgrpo.avro import records as R
 
     g = torch.Generator().manual_seed(seed)
@@ -42,7 +43,7 @@ def samples(tokenizer_len: int, n: int, prompt_tokens: int, action_tokens: int, 
             logps = (-torch.rand(action_tokens, generator=g) * 3).tolist()
             turns.append(R.SampleTurn(turn=t, prompt_token_ids=prompt, action_token_ids=action, behaviour_logprobs=logps))
         out.append(R.TrainingSample(
-            envelope=R.Envelope.new("bench", event_id=R.derived_id("bench", seed, i), task_id=f"t{i // 4}",
+            envelope=R.Envelope.new("bench", event_id=ids.derived_id("bench", seed, i), task_id=f"t{i // 4}",
                                     group_id=f"g{i // 4}", rollout_id=f"r{i}"),
             turns=turns, advantage=float(i % 3) - 1.0, reward=float(i % 3), group_mean=1.0, group_std=1.0,
             group_size=4, estimator="grpo", adapter_name="planner", behaviour_version=0))

@@ -32,9 +32,10 @@ ADAPTER = "planner"
 
 
 def _task_event(row: Any, group: int) -> Any:
+    from streamgrpo.avro import ids
     from streamgrpo.avro import records as R
 
-    task_id = R.derived_id("task", row.metadata.get("row_id", row.question))
+    task_id = ids.derived_id("task", row.metadata.get("row_id", row.question))
     return R.Task(envelope=R.Envelope.new("bench", task_id=task_id), question=row.question, source=row.source,
                   group_size=group, ground_truths=list(row.ground_truths), metadata=dict(row.metadata))
 
@@ -99,12 +100,12 @@ def _samples(tasks: Sequence[Any], events: Sequence[Any], router: Any) -> tuple[
 
     wpol = W.WindowPolicy("grpo", build_estimator("grpo"), timeout_s=1e9, partial_policy="drop", min_group_size=2)
     by_id = {t.envelope.task_id: t for t in tasks}
-    turns: dict[str, list[S.StoredTurn]] = {}
+    turns: dict[str, list[R.PlannerAction]] = {}
     states: dict[str, W.GroupState] = {}
     rewards: list[float] = []
     for ev in events:
         if isinstance(ev, R.PlannerAction):
-            turns.setdefault(ev.envelope.rollout_id, []).append(S.StoredTurn.from_action(ev))
+            turns.setdefault(ev.envelope.rollout_id, []).append(ev)
         elif isinstance(ev, R.RolloutCompleted):
             task = by_id[ev.envelope.task_id]
             g = ev.envelope.group_id
@@ -115,7 +116,7 @@ def _samples(tasks: Sequence[Any], events: Sequence[Any], router: Any) -> tuple[
             rewards.append(float(reward.score))
             states[g], _ = W.add_reward(state, reward)
     out_samples = []
-    have = {(r, t.turn) for r, ts in turns.items() for t in ts}
+    have = {(r, t.envelope.turn) for r, ts in turns.items() for t in ts}
     for state in states.values():
         state, _closed = W.maybe_close(state, wpol, 0.0)
         for rid in S.ready_rollouts(state, lambda r, t: (r, t) in have):  # noqa: B023 (called right here)

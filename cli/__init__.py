@@ -89,12 +89,12 @@ def cli(ctx: click.Context, config_path: str | None, log_level: str) -> None:
     Settings: defaults < TOML file (--config) < environment (STREAMGRPO_<SECTION>__<FIELD>,
     e.g. STREAMGRPO_KAFKA__BOOTSTRAP, or the short STREAMGRPO_BOOTSTRAP) < command-line options.
     """
-    from streamgrpo import heartbeat
+    from streamgrpo.heartbeat import Heartbeat
     from streamgrpo.log import setup_logging
 
     setup_logging(log_level)
     # first liveness beat before any slow start-up (model load): a service that hangs there goes stale too
-    heartbeat.beat()
+    Heartbeat.configured().beat()
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
 

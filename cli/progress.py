@@ -2,15 +2,17 @@
 
 :class:`Progress` is a pure reducer: ``apply(event)`` for every event of interest, then ``line()``
 for the live progress line, ``summary()`` for the report and ``plot(path)`` for the
-reward-per-version figure. :class:`RunTracker` feeds it from the broker in a background thread
-(group-less reads of the relevant topics, from the beginning, following).
+reward-per-version figure. :class:`RunTracker` feeds it from the broker in a background thread,
+through the project's one log follower (:class:`~streamgrpo.topics.follow.LogFollower`: group-less,
+every partition, from the beginning, following).
 
 What is not covered: exactness under duplicates beyond what event ids give (duplicates are
-dropped by event id).
+dropped by event id, remembered in a bounded :class:`~streamgrpo.topics.dedup.RecentIds`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import defaultdict
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from streamgrpo.avro import records as R
+from streamgrpo.config import KafkaSettings
+from streamgrpo.topics.dedup import RecentIds
 
 TOPICS = ("tasks", "rollouts", "rewards", "groups", "training-samples", "adapter-events", "evaluations")
 
@@ -54,13 +58,12 @@ class Progress:
     published_at: dict[int, datetime] = field(default_factory=dict)  # version -> AdapterPublished event time
     first_served: dict[int, datetime] = field(default_factory=dict)  # version -> first RolloutCompleted on it
     notes: list[str] = field(default_factory=list)
-    _seen: set[str] = field(default_factory=set)
+    _seen: RecentIds = field(default_factory=RecentIds)
     started: float = field(default_factory=time.time)
 
     def apply(self, event: R.Event, t: float | None = None) -> None:
-        if event.event_id in self._seen:
+        if self._seen.seen(event.event_id):
             return
-        self._seen.add(event.event_id)
         t = time.time() if t is None else t
         if isinstance(event, R.Task):
             self.tasks += 1
@@ -235,7 +238,7 @@ def plot_heldout(evaluations: list[Any], started: float, path: Path) -> bool:
 class RunTracker:
     """Feeds a :class:`Progress` from the broker in a daemon thread."""
 
-    def __init__(self, kafka: Any, progress: Progress | None = None) -> None:
+    def __init__(self, kafka: KafkaSettings, progress: Progress | None = None) -> None:
         self.kafka = kafka
         self.progress = progress or Progress()
         self._stop = threading.Event()
@@ -249,29 +252,7 @@ class RunTracker:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from streamgrpo.topics.follow import LogFollower, fold_events
 
-        from streamgrpo.avro.codec import Codec
-        from streamgrpo.avro.errors import DecodeError
-        from streamgrpo.topics.clients import client_config, topic_name
-
-        codec = Codec(self.kafka.schema_registry_url)
-        consumer = Consumer(client_config(self.kafka, **{"group.id": "streamgrpo-run-tracker",
-                                                          "enable.auto.commit": False}))
-        try:
-            parts = []
-            for t in TOPICS:
-                name = topic_name(self.kafka, t)
-                md = consumer.list_topics(name, timeout=10).topics[name]
-                parts += [TopicPartition(name, p, OFFSET_BEGINNING) for p in md.partitions]
-            consumer.assign(parts)
-            while not self._stop.is_set():
-                for msg in consumer.consume(500, timeout=0.5):
-                    if msg.error() or not msg.value():
-                        continue
-                    try:
-                        self.progress.apply(codec.decode(msg.value()))
-                    except DecodeError:
-                        continue  # dead letters are the services' business; progress skips them
-        finally:
-            consumer.close()
+        follower = LogFollower(self.kafka, TOPICS, fold_events(self.progress.apply), max_records=500)
+        asyncio.run(follower.run(self._stop))  # records that do not decode are the services' business

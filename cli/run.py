@@ -31,6 +31,7 @@ import click
 
 from streamgrpo import config
 from streamgrpo.cli.progress import Progress, RunTracker
+from streamgrpo.config import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +155,12 @@ def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
 
 
 #: Settings the run fills in unless the user's file sets them (strings are templates over run_dir and home).
-#: Trainer and rollout workers must share the adapter store; each run gets its own store and
-#: Faust state, while the converted model is cached once under <home>/models.
+#: Each run gets its own adapter store (one [loop] setting: the trainer writes it, the workers read it)
+#: and Faust state, while the converted model is cached once under <home>/models.
 RUN_DEFAULTS: dict[str, dict[str, Any]] = {
     "kafka": {"session_timeout_ms": 6000},  # the embedded broker answers joins after half of it
-    "trainer": {"store_root": "{run_dir}/adapters", "model_cache_dir": "{home}/models", "run_name": "{run_id}"},
-    "rollout": {"adapter_store": "{run_dir}/adapters", "model_cache_dir": "{home}/models"},
+    "loop": {"home": "{home}", "adapter_store": "{run_dir}/adapters", "model_cache": "{home}/models"},
+    "trainer": {"run_name": "{run_id}"},
     "streams": {"data_dir": "{run_dir}/streams", "archive_dir": "{run_dir}/archive"},
 }
 
@@ -246,7 +247,7 @@ def execute(cfg: RunSettings) -> Path:
     return report_dir
 
 
-def _submit(cfg: RunSettings, kafka: Any) -> int:
+def _submit(cfg: RunSettings, kafka: KafkaSettings) -> int:
     from streamgrpo.tasks.reader import read_rows
     from streamgrpo.topics.producer import EventProducer
     from streamgrpo.topics.sdk import publish_rows
@@ -377,7 +378,7 @@ def _loop_lines(loop: dict[str, Any]) -> list[str]:
 @click.option("--rollout-workers", type=click.IntRange(1, 16), default=1, show_default=True,
               help="Rollout worker processes (each loads the model).")
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="State directory for runs, adapters and the model cache (default ~/.streamgrpo).")
+              help="State directory for runs, adapters and the model cache (default $STREAMGRPO_HOME, ~/.streamgrpo).")
 @click.option("--bootstrap", default=None, help="Use this Kafka instead of starting the embedded broker.")
 @click.option("--until-version", type=click.IntRange(1), default=None,
               help="Stop early once a rollout served by this adapter version (or newer) has completed.")

@@ -11,12 +11,16 @@ import json
 import logging
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from streamgrpo.config import KafkaSettings, load
 from streamgrpo.errors import ConfigError
+
+if TYPE_CHECKING:
+    from streamgrpo.judge.config import JudgeSettings
+    from streamgrpo.judge.service import JudgeStats
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +37,7 @@ def _routes(values: tuple[str, ...]) -> dict[str, str] | None:
     return out
 
 
-def _settings(config_path: str | None, overrides: dict[str, Any], llm: dict[str, Any]) -> Any:
+def _settings(config_path: str | None, overrides: dict[str, Any], llm: dict[str, Any]) -> JudgeSettings:
     from streamgrpo.judge.config import JudgeSettings, LLMSettings
     from streamgrpo.redact import register_secrets_in
 
@@ -85,8 +89,8 @@ class _EpilogGroup(click.Group):
               help="On-disk score cache (sqlite) shared across restarts.")
 @click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint for the llm/group_relative judges.")
 @click.option("--llm-model", default=None, help="Model name for the llm/group_relative judges.")
-@click.option("--llm-api-key", default=None, envvar="STREAMGRPO_JUDGE_LLM_API_KEY", show_envvar=True,
-              help="API key of the endpoint (never logged).")
+@click.option("--llm-api-key", default=None,
+              help="API key of the endpoint (never logged); prefer the environment: STREAMGRPO_JUDGE__LLM__API_KEY.")
 @click.option("--max-idle-s", type=float, default=None,
               help="Exit after this many idle seconds (nothing polled, nothing pending). Default: run until Ctrl-C.")
 @click.pass_context
@@ -119,7 +123,7 @@ def judge(ctx: click.Context, bootstrap: str | None, routes: tuple[str, ...], de
                            "cached": stats.cached, "duplicates": stats.duplicates}))
 
 
-async def _serve(kafka: KafkaSettings, settings: Any, max_idle_s: float | None) -> Any:
+async def _serve(kafka: KafkaSettings, settings: JudgeSettings, max_idle_s: float | None) -> JudgeStats:
     from streamgrpo.judge.service import JudgeService
 
     stop = asyncio.Event()

@@ -1,6 +1,6 @@
 """The judge's decision, as pure functions: (task, rollout, scorer, cache) -> Reward | Reject.
 
-Every rollout gets exactly one Reward with the deterministic id ``derived_id("reward", rollout_id)``
+Every rollout gets exactly one Reward with the deterministic id ``ids.reward_id(rollout_id)``
 and the envelope ids of the rollout (task_id, group_id, rollout_id), so the group window always
 learns that the rollout finished, and a redelivery produces the same id (dropped downstream).
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.judge.cache import ScoreCache
 from streamgrpo.judge.errors import ScoringError
@@ -58,7 +59,7 @@ def _reward(
     env = rollout.envelope
     return R.Reward(
         envelope=R.Envelope.new(
-            SERVICE, event_id=R.derived_id("reward", env.rollout_id), task_id=env.task_id,
+            SERVICE, event_id=ids.reward_id(env.rollout_id), task_id=env.task_id,
             group_id=env.group_id, rollout_id=env.rollout_id,
         ),
         score=score, status=status, judge=judge, group_size=rollout.group_size,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from streamgrpo.avro.records import OffsetRange
 from streamgrpo.models.errors import AdapterIntegrityError, AdapterStoreError
 
 MANIFEST = "manifest.json"
@@ -42,14 +43,16 @@ class Manifest:
     parent_version: int | None
     base_model: str
     trainer_step: int
-    lineage: list[dict[str, Any]] = field(default_factory=list)  # [{topic, partition, start, end}]
+    lineage: list[OffsetRange] = field(default_factory=list)  # stored as [{topic, partition, start, end}]
     metrics: dict[str, float] = field(default_factory=dict)
     committed: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset to read
 
     @classmethod
     def read(cls, directory: Path) -> Manifest:
         try:
-            return cls(**json.loads((directory / MANIFEST).read_text()))
+            data = json.loads((directory / MANIFEST).read_text())
+            data["lineage"] = [OffsetRange(**r) for r in data.get("lineage", [])]
+            return cls(**data)
         except (OSError, ValueError, TypeError) as exc:
             raise AdapterStoreError(f"unreadable manifest in {directory}: {exc}") from exc
 

@@ -39,8 +39,11 @@ _DONE_MARKER = "streamgrpo-converted.txt"
 
 
 def default_cache_dir() -> Path:
-    """``~/.streamgrpo/models`` (the broker home's model cache)."""
-    return Path.home() / ".streamgrpo" / "models"
+    """``[loop] model_cache`` as this process's settings say (``$STREAMGRPO_HOME/models`` by default), for
+    callers that pass no cache directory."""
+    from streamgrpo.config import LoopSettings, load
+
+    return load(LoopSettings, "loop").model_cache
 
 
 def bundled_gguf_path() -> Path:

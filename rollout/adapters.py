@@ -1,27 +1,31 @@
 """Adapter follower: read ``adapter-events``, verify each announced adapter, hot-swap it into the policy.
 
-Functional core: :func:`decide` maps (state, event) to a new :class:`FollowerState` and at most one
-action (:class:`Load` or :class:`SetPrimary`); it does no I/O. Imperative shell:
-:class:`AdapterFollower` resolves the uri, verifies the sha256 with the trainer's adapter store
-(:func:`streamgrpo.models.adapter_store.verify`) and calls ``policy.load_adapter``.
-:func:`follow` is the Kafka wiring (an :class:`~streamgrpo.topics.consumer.EventConsumer`).
+Functional core: the one fold of ``adapter-events`` (:mod:`streamgrpo.models.registry`) says what
+changed: a version announced (load it) or a new primary (keep it resident); :func:`loads_worth_doing`
+drops loads a replayed batch would evict at once. Imperative shell: :class:`AdapterFollower`
+resolves the uri inside the adapter store (``[loop] adapter_store``), verifies the sha256
+(:func:`streamgrpo.models.adapter_store.verify`) and calls ``policy.load_adapter``. :func:`follow`
+is the Kafka wiring: the project's log follower (:class:`~streamgrpo.topics.follow.LogFollower`).
 
 Guarantees:
-- An adapter is loaded only if its directory hashes to the announced sha256. A mismatch, a missing
-  file or an unresolvable uri is logged at ERROR with the reason, counted and listed in
-  :attr:`AdapterFollower.refusals`; nothing is loaded and the worker keeps serving what it served.
-- Every worker sees every event: the consumer group id is unique per follower instance
-  (``rollout-adapters-<uuid>``) and reads the topic FROM THE BEGINNING, so a new worker learns the
-  whole history (published versions, current primary after promotions/rollbacks). Offsets are not
-  committed (a unique group has no one to resume for). Replaying loads at most ``keep_last``
-  versions per batch plus the primary; other announced versions are remembered and loaded on
-  demand by :meth:`AdapterFollower.ensure_resident`.
+- An adapter is loaded only if its directory hashes to the announced sha256 and lies inside the
+  adapter store. A mismatch, a missing file, a path outside the store or an unresolvable uri is
+  logged at ERROR with the reason, counted and listed in :attr:`AdapterFollower.refusals`; nothing
+  is loaded and the worker keeps serving what it served.
+- Every worker sees every event: the follower reads the topic FROM THE BEGINNING on every partition
+  without a consumer group, so a new worker learns the whole history (published versions, current
+  primary after promotions/rollbacks). Replaying loads at most ``keep_last`` versions per batch plus
+  the primary; other announced versions are remembered and loaded on demand by
+  :meth:`AdapterFollower.ensure_resident`.
 - Hot swap never pulls a version from under in-flight work: the loop passes the version
   explicitly on each call, and pins it for a trajectory (:meth:`AdapterFollower.pinned`); the policy
-  never evicts a pinned or primary version.
+  never evicts a pinned or primary version. "Primary" means what it means everywhere (the registry):
+  the version serving groups outside the canary share, so with ``canary_share = 0`` the newest
+  published version.
 
-Not covered: object stores without ``fsspec`` (only local paths and ``file://`` URIs otherwise),
-deleting refused files, choosing which version a group uses (the fan-out does that).
+Not covered: object stores without ``fsspec`` (only local paths and ``file://`` URIs otherwise;
+remote adapters are downloaded into ``<adapter_store>/.downloads``), deleting refused files,
+choosing which version a group uses (the fan-out does that).
 """
 
 from __future__ import annotations
@@ -31,14 +35,14 @@ import contextlib
 import logging
 import shutil
 import threading
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
 from urllib.parse import unquote, urlparse
 
 from streamgrpo.avro import records as R
+from streamgrpo.config import KafkaSettings
+from streamgrpo.models.registry import AdapterRegistry, Announced, Announcement, Change, PrimaryChanged
 from streamgrpo.rollout.errors import (
     AdapterLoadError,
     AdapterNotResidentError,
@@ -46,78 +50,25 @@ from streamgrpo.rollout.errors import (
     PolicyError,
 )
 from streamgrpo.rollout.policy.base import PlannerPolicy
+from streamgrpo.topics.follow import LogFollower, StopSignal
+from streamgrpo.topics.received import Received
 
 log = logging.getLogger(__name__)
 
-AdapterEvent: TypeAlias = R.AdapterPublished | R.AdapterPromoted | R.AdapterRolledBack
-
 
 # ---------------------------------------------------------------------------------------------
-# functional core
-@dataclass(frozen=True)
-class Announcement:
-    """What an AdapterPublished said about one version."""
-
-    adapter_name: str
-    version: int
-    uri: str
-    sha256: str
-    base_model: str
-
-
-@dataclass(frozen=True)
-class Load:
-    announcement: Announcement
-
-
-@dataclass(frozen=True)
-class SetPrimary:
-    adapter_name: str
-    version: int
-
-
-Action: TypeAlias = Load | SetPrimary
-
-
-@dataclass(frozen=True)
-class FollowerState:
-    """Everything learnt from ``adapter-events`` so far (immutable; replaced by :func:`decide`)."""
-
-    announced: dict[tuple[str, int], Announcement] = field(default_factory=dict)
-    primary: dict[str, int] = field(default_factory=dict)
-
-
-def decide(state: FollowerState, event: AdapterEvent, follow: str | None = None) -> tuple[FollowerState, Action | None]:
-    """Fold one event into the state. ``follow`` restricts to one adapter name (None: all names).
-
-    Dedup key: (adapter_name, version) for AdapterPublished (a redelivery yields no action);
-    promotions/rollbacks are idempotent (same primary -> no action).
-    """
-    if follow is not None and event.adapter_name != follow:
-        return state, None
-    if isinstance(event, R.AdapterPublished):
-        key = (event.adapter_name, event.version)
-        if key in state.announced:
-            return state, None
-        ann = Announcement(event.adapter_name, event.version, event.uri, event.sha256, event.base_model)
-        return replace(state, announced={**state.announced, key: ann}), Load(ann)
-    target = event.version if isinstance(event, R.AdapterPromoted) else event.restored_version
-    if state.primary.get(event.adapter_name) == target:
-        return state, None
-    return replace(state, primary={**state.primary, event.adapter_name: target}), SetPrimary(event.adapter_name, target)
-
-
-def loads_worth_doing(actions: list[Action], primary: dict[str, int], keep_last: int) -> list[Action]:
-    """Drop :class:`Load` actions a batch would evict right away (all but the newest ``keep_last`` per
-    name, unless primary); order is kept. Used when replaying history."""
+# functional core (the fold itself is streamgrpo.models.registry)
+def loads_worth_doing(changes: Sequence[Change], primary: dict[str, int], keep_last: int) -> list[Change]:
+    """Drop announcements a batch would evict right away (all but the newest ``keep_last`` per name, unless
+    primary); order is kept. Used when replaying history."""
     newest: dict[str, list[int]] = {}
-    for a in actions:
-        if isinstance(a, Load):
-            newest.setdefault(a.announcement.adapter_name, []).append(a.announcement.version)
+    for c in changes:
+        if isinstance(c, Announced):
+            newest.setdefault(c.announcement.adapter_name, []).append(c.announcement.version)
     keep = {(n, v) for n, vs in newest.items() for v in sorted(vs)[-keep_last:]}
     keep |= set(primary.items())
-    return [a for a in actions if not isinstance(a, Load)
-            or (a.announcement.adapter_name, a.announcement.version) in keep]
+    return [c for c in changes if not isinstance(c, Announced)
+            or (c.announcement.adapter_name, c.announcement.version) in keep]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,13 +84,13 @@ class Refusal:
 class AdapterFollower:
     """Applies adapter events to a :class:`PlannerPolicy` (thread-safe; see module docstring)."""
 
-    def __init__(self, policy: PlannerPolicy, *, adapter_name: str | None = None, download_dir: Path | None = None,
-                 keep_last: int = 4) -> None:
+    def __init__(self, policy: PlannerPolicy, *, adapter_name: str | None = None, store_root: Path | None = None,
+                 keep_last: int = 4, canary_share: float = 0.0) -> None:
         self.policy = policy
         self.adapter_name = adapter_name
-        self.download_dir = download_dir
+        self.store_root = store_root.resolve() if store_root is not None else None
         self.keep_last = keep_last
-        self.state = FollowerState()
+        self.registry = AdapterRegistry(canary_share)
         self.refusals: list[Refusal] = []  # final refusals (integrity, unloadable files)
         self.failures: list[Refusal] = []  # transient load failures (backend down); retried on demand
         self.loaded: list[tuple[str, int]] = []
@@ -151,30 +102,33 @@ class AdapterFollower:
         return len(self.refusals)
 
     def primary(self, adapter_name: str) -> int:
-        """Current primary version (0 = base model until a promotion says otherwise)."""
-        return self.state.primary.get(adapter_name, 0)
+        """Current primary version (0 = the base model), as the registry defines it."""
+        return self.registry.primary(adapter_name)
 
     def available(self, adapter_name: str) -> list[int]:
         return self.policy.resident_versions(adapter_name)
 
     # -- event handling -------------------------------------------------------------------------
-    def handle(self, event: AdapterEvent) -> None:
+    def handle(self, event: R.Event) -> None:
         self.handle_batch([event])
 
-    def handle_batch(self, events: list[AdapterEvent]) -> None:
-        actions: list[Action] = []
+    def handle_batch(self, events: Sequence[R.Event]) -> None:
+        changes: list[Change] = []
         for event in events:
-            self.state, action = decide(self.state, event, self.adapter_name)
-            if action is not None:
-                actions.append(action)
-        for action in loads_worth_doing(actions, self.state.primary, self.keep_last):
-            if isinstance(action, Load):
-                self._load(action.announcement)
-            else:
-                log.info("primary of %s is now v%d", action.adapter_name, action.version)
-                self.policy.protect(action.adapter_name, {action.version})
+            changes += [c for c in self.registry.apply(event) if self._follows(c)]
+        primary = {name: line.primary for name, line in self.registry.state.lines.items() if line.primary}
+        for change in loads_worth_doing(changes, primary, self.keep_last):
+            if isinstance(change, Announced):
+                self._load(change.announcement)
+            elif isinstance(change, PrimaryChanged):
+                log.info("primary of %s is now v%d", change.adapter_name, change.version)
+                self.policy.protect(change.adapter_name, {change.version})
         with self._cond:
             self._cond.notify_all()
+
+    def _follows(self, change: Change) -> bool:
+        name = change.announcement.adapter_name if isinstance(change, Announced) else change.adapter_name
+        return self.adapter_name is None or name == self.adapter_name
 
     def _load(self, ann: Announcement) -> bool:
         try:
@@ -210,18 +164,22 @@ class AdapterFollower:
         return path
 
     def _resolve(self, ann: Announcement) -> Path:
-        """Local path of the announced uri (plain path / ``file://``; other schemes need fsspec)."""
+        """Local path of the announced uri (plain path / ``file://`` inside the store; other schemes need fsspec)."""
         parsed = urlparse(ann.uri)
         if parsed.scheme in ("", "file"):
-            return Path(unquote(parsed.path) if parsed.scheme else ann.uri)
+            path = Path(unquote(parsed.path) if parsed.scheme else ann.uri)
+            if self.store_root is not None and not path.resolve().is_relative_to(self.store_root):
+                raise AdapterRefusedError(f"{path} is outside the adapter store {self.store_root} "
+                                          "([loop] adapter_store); adapters load only from the store")
+            return path
         try:
             import fsspec
         except ImportError as exc:
             raise AdapterRefusedError(f"uri scheme {parsed.scheme!r} needs `pip install fsspec` "
                                       "(and its protocol package); or publish a local/file:// uri") from exc
-        if self.download_dir is None:
-            raise AdapterRefusedError(f"uri {ann.uri!r} is remote; set a download_dir for the follower")
-        target = self.download_dir / ann.adapter_name / f"v{ann.version}"
+        if self.store_root is None:
+            raise AdapterRefusedError(f"uri {ann.uri!r} is remote; the follower needs an adapter store to download to")
+        target = self.store_root / ".downloads" / ann.adapter_name / f"v{ann.version}"
         shutil.rmtree(target, ignore_errors=True)
         try:
             fs, remote = fsspec.core.url_to_fs(ann.uri)
@@ -236,7 +194,7 @@ class AdapterFollower:
         never announced, was refused, or fails verification now."""
         if version == 0 or version in self.policy.resident_versions(adapter_name):
             return
-        ann = self.state.announced.get((adapter_name, version))
+        ann = self.registry.state.announcement(adapter_name, version)
         refused = any((r.adapter_name, r.version) == (adapter_name, version) for r in self.refusals)
         if ann is None or refused or not self._load(ann):
             raise AdapterNotResidentError(
@@ -246,8 +204,9 @@ class AdapterFollower:
     def wait_announced(self, adapter_name: str, version: int, timeout_s: float) -> bool:
         """Block until ``adapter_name@v{version}`` was announced (True) or ``timeout_s`` passed (False)."""
         with self._cond:
-            return self._cond.wait_for(lambda: version == 0 or (adapter_name, version) in self.state.announced,
-                                       timeout=timeout_s)
+            return self._cond.wait_for(
+                lambda: version == 0 or self.registry.state.announcement(adapter_name, version) is not None,
+                timeout=timeout_s)
 
     def pin(self, adapter_name: str, version: int) -> None:
         self.policy.pin(adapter_name, version)
@@ -263,21 +222,14 @@ class AdapterFollower:
             yield
 
 
-async def follow(follower: AdapterFollower, kafka: object, stop: asyncio.Event | threading.Event, *,
-                 service: str = "rollout", group_prefix: str = "rollout-adapters") -> None:
-    """Consume ``adapter-events`` from the beginning under a unique group id until ``stop`` is set.
+async def follow(follower: AdapterFollower, kafka: KafkaSettings, stop: StopSignal) -> None:
+    """Follow ``adapter-events`` from the beginning until ``stop`` is set (``asyncio.Event`` or, when the
+    follower runs in its own thread, ``threading.Event``). Loading runs in a worker thread (it reads files
+    and touches weights) so the event loop stays responsive."""
 
-    ``kafka`` is a :class:`~streamgrpo.config.KafkaSettings`; ``stop`` may be a ``threading.Event``
-    (when the follower runs in its own thread). Loading runs in a worker thread (it reads files and
-    touches weights) so the event loop stays responsive.
-    """
-    from streamgrpo.topics.consumer import EventConsumer
+    async def handle(batch: list[Received]) -> None:
+        events = [r.event for r in batch if r.event is not None]
+        if events:
+            await asyncio.to_thread(follower.handle_batch, events)
 
-    group_id = f"{group_prefix}-{uuid.uuid4().hex[:12]}"
-    async with EventConsumer(kafka, group_id=group_id, topics=["adapter-events"], service=service,  # type: ignore[arg-type]
-                             from_beginning=True) as consumer:
-        while not stop.is_set():
-            batch = await consumer.poll(max_records=100, timeout_ms=250)
-            events = [r.event for r in batch if isinstance(r.event, AdapterEvent)]
-            if events:
-                await asyncio.to_thread(follower.handle_batch, events)  # type: ignore[arg-type]
+    await LogFollower(kafka, ["adapter-events"], handle).run(stop)

@@ -13,14 +13,20 @@ import signal
 import sys
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from streamgrpo.avro import records as R
+    from streamgrpo.config import KafkaSettings
+    from streamgrpo.rollout.config import RolloutConfig
+    from streamgrpo.rollout.worker import WorkerStats
 
 from streamgrpo.config import describe
 
 
-def _settings(ctx: click.Context, overrides: dict[str, Any]) -> Any:
+def _settings(ctx: click.Context, overrides: dict[str, Any]) -> RolloutConfig:
     from streamgrpo.config import load
     from streamgrpo.rollout.config import RolloutConfig
 
@@ -28,7 +34,7 @@ def _settings(ctx: click.Context, overrides: dict[str, Any]) -> Any:
     return load(RolloutConfig, "rollout", path=path, overrides=overrides)
 
 
-def _tools_override(cfg: Any, tools: str | None, corpus: str | None) -> Any:
+def _tools_override(cfg: RolloutConfig, tools: str | None, corpus: str | None) -> RolloutConfig:
     updates: dict[str, Any] = {}
     if tools:
         updates["enabled"] = [t.strip() for t in tools.split(",") if t.strip()]
@@ -122,7 +128,7 @@ class _StepPrinter:
         click.echo(f"Analysis [{a.mode}]: skills: {', '.join(a.skills) or '-'}; useful tools: "
                    f"{', '.join(a.tools) or '-'}")
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: R.Event) -> None:
         from streamgrpo.avro import records as R
 
         if isinstance(event, R.PlannerAction):
@@ -148,7 +154,7 @@ class _JsonPrinter:
     def analysis(self, a: Any) -> None:
         click.echo(json.dumps({"analysis": {"skills": list(a.skills), "tools": list(a.tools), "mode": a.mode}}))
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: R.Event) -> None:
         click.echo(json.dumps({"type": type(event).__name__, "event": event.to_avro()}, default=str))
 
 
@@ -160,20 +166,19 @@ class _JsonPrinter:
 @click.option("--model", default=None, help="Base model (alias, local dir, or the vLLM served name).")
 @click.option("--device", default=None, help="Torch device of the local policy.")
 @click.option("--vllm-url", default=None, help="OpenAI-compatible base URL of vLLM.")
-@click.option("--adapter-store", type=click.Path(file_okay=False), default=None, help="Adapter store root.")
+@click.option("--adapter-store", type=click.Path(file_okay=False), default=None,
+              help="Adapter store root ([loop] adapter_store; adapters load only from inside it).")
 @click.option("--keep-resident", type=int, default=None, help="Adapter versions kept loaded (K, default 4).")
 @click.option("--no-follow", is_flag=True, default=False, help="Do not follow adapter-events (serve the base model).")
 @click.option("--roles", type=_MODES, default=None,
               help="'model-free' (default): rule/passthrough roles; 'model': role model for every role.")
-@click.option("--max-turns", type=int, default=None, help="Cap on a request's max_turns (default 4).")
 @click.option("--max-rollouts", type=int, default=None, help="Exit after this many rollouts (benchmarks, tests).")
 @click.option("--show-settings", is_flag=True, is_eager=True, expose_value=False, callback=_show_settings,
               help="Print every [rollout] setting (env name, default, description) and exit.")
 @click.pass_context
 def rollout(ctx: click.Context, bootstrap: str | None, concurrency: int | None, policy: str | None,
             model: str | None, device: str | None, vllm_url: str | None, adapter_store: str | None,
-            keep_resident: int | None, no_follow: bool, roles: str | None, max_turns: int | None,
-            max_rollouts: int | None) -> None:
+            keep_resident: int | None, no_follow: bool, roles: str | None, max_rollouts: int | None) -> None:
     """Run a rollout worker: consume rollout-requests (consumer group "rollout"), run each group's
     trajectories in lockstep, produce PlannerAction / ToolObservation / Verdict / RolloutCompleted
     events, then commit (at-least-once). Follows adapter-events and hot-swaps verified adapters."""
@@ -181,8 +186,7 @@ def rollout(ctx: click.Context, bootstrap: str | None, concurrency: int | None, 
     from streamgrpo.rollout.config import ASK_MODEL_MODES
 
     overrides: dict[str, Any] = {"concurrency": concurrency, "policy": policy, "model": model, "device": device,
-                                 "vllm_url": vllm_url, "adapter_store": adapter_store, "keep_resident": keep_resident,
-                                 "max_turns": max_turns}
+                                 "vllm_url": vllm_url, "adapter_store": adapter_store, "keep_resident": keep_resident}
     if no_follow:
         overrides["follow_adapters"] = False
     if roles == "model":
@@ -194,7 +198,8 @@ def rollout(ctx: click.Context, bootstrap: str | None, concurrency: int | None, 
                f"rate={stats.rate():.3f}/s")
 
 
-async def serve(cfg: Any, kafka: Any, *, max_rollouts: int | None = None, stop: asyncio.Event | None = None) -> Any:
+async def serve(cfg: RolloutConfig, kafka: KafkaSettings, *, max_rollouts: int | None = None,
+                stop: asyncio.Event | None = None) -> WorkerStats:
     """Build policy, tools, producer and follower; run the worker until stopped. Returns its stats."""
     from streamgrpo.rollout.adapters import AdapterFollower, follow
     from streamgrpo.rollout.runtime import build_context, build_policy
@@ -210,10 +215,11 @@ async def serve(cfg: Any, kafka: Any, *, max_rollouts: int | None = None, stop: 
             pass
     policy = await asyncio.to_thread(build_policy, cfg)
     ctx = build_context(cfg, policy)
-    follower = AdapterFollower(policy, adapter_name=cfg.adapter_name, keep_last=cfg.keep_resident) \
+    follower = AdapterFollower(policy, adapter_name=cfg.adapter_name, store_root=cfg.adapter_store,
+                               keep_last=cfg.keep_resident, canary_share=cfg.canary_share) \
         if cfg.follow_adapters else None
     producer = EventProducer(kafka, cfg.service)
-    follow_task = asyncio.create_task(follow(follower, kafka, stop, service=cfg.service)) if follower else None
+    follow_task = asyncio.create_task(follow(follower, kafka, stop)) if follower else None
     try:
         worker = RolloutWorker(cfg, kafka, ctx, producer, follower)
         return await worker.run(stop, max_rollouts=max_rollouts)

@@ -14,11 +14,11 @@ What is covered: validation of every setting. What is not: whether a URL answers
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, SecretStr
 
-from streamgrpo.config import StrictModel
+from streamgrpo.config import StrictModel, shared
 from streamgrpo.metrics import DEFAULT_PORTS
 from streamgrpo.rollout.tools.config import ToolsSettings
 
@@ -26,13 +26,15 @@ from streamgrpo.rollout.tools.config import ToolsSettings
 class RolloutConfig(StrictModel):
     """One rollout worker (or one ``ask`` run)."""
 
+    SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_turns", "canary_share", "adapter_store",
+                                                "model_cache")
+
     # -- planner policy ------------------------------------------------------------------------
     policy: Literal["local", "vllm"] = Field(
         "local", description="Planner backend: 'local' (transformers + peft in this process) or 'vllm' (HTTP).")
     model: str = Field("smollm2-135m-instruct", description="Base model: the bundled alias, a local directory "
                        "or a hub id already in the local cache (never downloaded here).")
-    model_cache_dir: Path | None = Field(None, description="Where the bundled model is converted once "
-                                         "(default ~/.streamgrpo/models).")
+    model_cache: Path = shared("model_cache")
     device: str = Field("cpu", description="Torch device of the local policy ('cpu', 'cuda', 'cuda:1').")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Weights dtype of the local policy (float32 keeps logprobs exact on CPU).")
@@ -60,8 +62,7 @@ class RolloutConfig(StrictModel):
     # -- trajectory -------------------------------------------------------------------------------
     tools: ToolsSettings = Field(default_factory=ToolsSettings, description="Tools given to the planner "
                                  "(TOML [rollout.tools]: enabled, corpus path, sandbox limits...).")
-    max_turns: int = Field(4, ge=1, le=32, description="Turn budget of `ask`, and the cap applied to a request's "
-                           "own max_turns in the worker.")
+    max_turns: int = shared("max_turns")
     max_prompt_tokens: int = Field(900, ge=128, le=32768, description="Planner prompt budget: older steps are "
                                    "dropped from the state until it fits.")
     history_steps: int = Field(3, ge=0, le=32, description="Most recent steps shown to the planner.")
@@ -85,8 +86,9 @@ class RolloutConfig(StrictModel):
     service: str = Field("rollout", description="Producer service name written into every event envelope.")
     metrics_port: int = Field(DEFAULT_PORTS["rollout"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     # -- adapters ---------------------------------------------------------------------------------
-    adapter_name: str = Field("planner", description="Adapter family followed on `adapter-events`.")
-    adapter_store: Path | None = Field(None, description="Root of the adapter store (file:// uris resolve here).")
+    adapter_name: str = shared("adapter_name")
+    adapter_store: Path = shared("adapter_store")
+    canary_share: float = shared("canary_share")
     keep_resident: int = Field(4, ge=1, le=64, description="Adapter versions kept loaded at once (K).")
     follow_adapters: bool = Field(True, description="Follow `adapter-events` and hot-swap published adapters.")
     adapter_wait_s: float = Field(60.0, ge=0, le=3600, description="How long a group waits for its adapter version "

@@ -8,7 +8,7 @@ into ONE ``policy.generate`` call (per adapter version and sampling setting; a g
 stop/continue; on stop or at ``max_turns`` (5) the synthesiser writes the final answer.
 
 Events (through ``sink``), all with envelope ids task/group/rollout(/turn) and DETERMINISTIC ids
-(``R.derived_id(kind, rollout_id[, turn])``) so a redelivered request yields recognisable
+(:func:`streamgrpo.avro.ids.rollout_event_id`) so a redelivered request yields recognisable
 duplicates: one ``PlannerAction`` per planner turn (prompt token ids, action token ids, behaviour
 logprobs, the adapter version that ACTUALLY served it), one ``ToolObservation`` per tool call,
 one ``Verdict`` per completed turn and exactly one ``RolloutCompleted`` per rollout (ANSWERED,
@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.rollout.policy.base import Generation, PlannerPolicy
@@ -108,8 +109,7 @@ class _Trajectory:
 
     def envelope(self, service: str, kind: str, turn: int | None) -> R.Envelope:
         env = self.request.envelope
-        parts: tuple[Any, ...] = (self.rollout_id,) if turn is None else (self.rollout_id, turn)
-        return R.Envelope.new(service, event_id=R.derived_id(kind, *parts), task_id=env.task_id,
+        return R.Envelope.new(service, event_id=ids.rollout_event_id(kind, self.rollout_id, turn), task_id=env.task_id,
                               group_id=env.group_id, rollout_id=self.rollout_id, turn=turn)
 
 

@@ -25,7 +25,7 @@ from streamgrpo.rollout.roles.verifier import build_verifier
 def _local_policy(cfg: RolloutConfig) -> PlannerPolicy:
     from streamgrpo.rollout.policy.local import LocalPolicy
 
-    return LocalPolicy(cfg.model, device=cfg.device, cache_dir=cfg.model_cache_dir, dtype=cfg.dtype,
+    return LocalPolicy(cfg.model, device=cfg.device, cache_dir=cfg.model_cache, dtype=cfg.dtype,
                        keep_last=cfg.keep_resident)
 
 

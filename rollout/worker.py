@@ -41,6 +41,7 @@ from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.errors import PolicyError
 from streamgrpo.rollout.loop import LoopContext, RolloutResult, fail_group, run_group
 from streamgrpo.topics.errors import ProduceError
+from streamgrpo.topics.limits import MAX_TURNS
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +156,9 @@ class RolloutWorker:
         """Adapter gate + pin + lockstep run; every rollout of ``group`` ends with one RolloutCompleted."""
         sink = self.producer.send  # type: ignore[attr-defined]
         first = group[0]
-        cap = self.config.max_turns
-        group = [replace(r, max_turns=min(r.max_turns, cap)) if r.max_turns > cap else r for r in group]
+        if any(not 1 <= r.max_turns <= MAX_TURNS for r in group):  # honoured as asked, within the safety limit
+            return fail_group(group, self.ctx, sink, f"max_turns {first.max_turns} is outside 1..{MAX_TURNS}, "
+                              "the hard safety limit of one rollout").results
         served, reason = self.acquire_version(first.adapter_name, first.adapter_version)
         if served is None:
             return fail_group(group, self.ctx, sink, reason).results

@@ -8,8 +8,18 @@ Layers:
 - TOML: the file named by ``--config`` or ``STREAMGRPO_CONFIG``; the model's section (e.g.
   ``[kafka]``, ``[trainer]``) is used.
 - Environment: ``STREAMGRPO_<SECTION>__<FIELD>`` (e.g. ``STREAMGRPO_KAFKA__BOOTSTRAP``), plus the
-  short aliases in :data:`ENV_ALIASES` (``STREAMGRPO_BOOTSTRAP``).
+  short aliases in :data:`ENV_ALIASES` (``STREAMGRPO_BOOTSTRAP``, ``STREAMGRPO_HOME``).
 - Command line: keyword overrides whose value is not ``None``.
+
+Strict: a TOML section that is not in :data:`SECTIONS`, and a ``STREAMGRPO_*`` environment variable
+that is neither ``STREAMGRPO_<SECTION>__<FIELD>`` of a known section nor one of :data:`ENV_NAMES`,
+are errors naming the valid ones (a misspelt variable is never silently ignored). Names starting with
+``STREAMGRPO_TEST_`` belong to the test harness and are not settings.
+
+Shared settings (:class:`LoopSettings`, section ``[loop]``) are what several services must agree on:
+the adapter name, staleness, samples per step, turn budget, canary share, and the state paths. ONE
+home variable, ``STREAMGRPO_HOME`` (= ``[loop] home``, default ``~/.streamgrpo``), places every
+default path: the adapter store, the model cache, the embedded broker's state, Faust data, the archive.
 
 What is not covered: hot reload. A process reads its settings once at start.
 """
@@ -23,7 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import tomllib
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
 from streamgrpo.errors import ConfigError
@@ -31,11 +41,32 @@ from streamgrpo.errors import ConfigError
 M = TypeVar("M", bound=BaseModel)
 
 ENV_PREFIX = "STREAMGRPO_"
+#: Every settings section (TOML ``[section]``, env ``STREAMGRPO_<SECTION>__<FIELD>``). A new settings
+#: model adds its section here.
+SECTIONS: tuple[str, ...] = ("kafka", "broker", "loop", "rollout", "judge", "streams", "trainer")
 #: Short environment names kept for convenience: alias -> (section, field).
 ENV_ALIASES: dict[str, tuple[str, str]] = {
     "STREAMGRPO_BOOTSTRAP": ("kafka", "bootstrap"),
     "STREAMGRPO_SCHEMA_REGISTRY": ("kafka", "schema_registry_url"),
+    "STREAMGRPO_HOME": ("loop", "home"),
 }
+#: The liveness heartbeat file (:mod:`streamgrpo.heartbeat`); unset: no heartbeat.
+HEARTBEAT_ENV = "STREAMGRPO_HEARTBEAT_FILE"
+#: Environment names read outside the sections (by the CLI and the liveness heartbeat).
+ENV_NAMES: tuple[str, ...] = ("STREAMGRPO_CONFIG", "STREAMGRPO_LOG_LEVEL", HEARTBEAT_ENV, *ENV_ALIASES)
+#: Reserved for the test harness (e.g. ``STREAMGRPO_TEST_BOOTSTRAP``); never read as settings.
+TEST_ENV_PREFIX = "STREAMGRPO_TEST_"
+
+
+def heartbeat_file(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The liveness heartbeat file named by ``STREAMGRPO_HEARTBEAT_FILE`` (None when unset)."""
+    value = (os.environ if environ is None else environ).get(HEARTBEAT_ENV)
+    return Path(value) if value else None
+
+
+def default_home() -> Path:
+    """``~/.streamgrpo``: the home when neither ``STREAMGRPO_HOME`` nor ``[loop] home`` says otherwise."""
+    return Path.home() / ".streamgrpo"
 
 
 class StrictModel(BaseModel):
@@ -70,7 +101,29 @@ class LoopSettings(StrictModel):
                                   "the trainer reads exactly this many; the fan-out's admission budget derives "
                                   "from it.")
     max_turns: int = Field(4, ge=1, le=32, description="Planner turn budget of a rollout, written into every "
-                           "RolloutRequest.")
+                           "RolloutRequest (and used by `ask`); a worker honours each request's own budget.")
+    canary_share: float = Field(
+        0.0, ge=0, le=1, description="Share of groups served by the newest published adapter (0: no canary, "
+        "every published adapter becomes primary at once). The fan-out chooses versions with it and the rollout "
+        "workers keep the primary resident by it.")
+    home: Path = Field(default_factory=default_home, description="State directory (env STREAMGRPO_HOME): the "
+                       "default place of the adapter store, the model cache, the embedded broker's state, Faust "
+                       "data and the event archive.")
+    adapter_store: Path = Field(
+        default_factory=lambda: default_home() / "adapters", description="Adapter store root (default "
+        "<home>/adapters): the trainer writes <adapter_store>/<adapter_name>/v<version>/, rollout workers load "
+        "adapters only from inside it.")
+    model_cache: Path = Field(default_factory=lambda: default_home() / "models", description="Where the bundled "
+                              "base model is converted once (default <home>/models); shared by trainer and workers.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _paths_under_home(cls, data: Any) -> Any:
+        """Unset store and cache paths follow ``home``."""
+        if isinstance(data, dict) and data.get("home") is not None:
+            home = Path(data["home"])
+            data = {"adapter_store": home / "adapters", "model_cache": home / "models", **data}
+        return data
 
 
 def shared(name: str) -> Any:
@@ -108,10 +161,9 @@ class KafkaSettings(StrictModel):
 class BrokerSettings(StrictModel):
     """The embedded Tansu broker (development and tests only: memory storage, not durable)."""
 
-    home: Path = Field(
-        default=Path.home() / ".streamgrpo",
-        description="State directory: broker pid/port file, model cache, adapter store, reports.",
-    )
+    SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("home",)
+
+    home: Path = shared("home")
     port: int | None = Field(default=None, ge=1, le=65535, description="Port to listen on; unset picks a free port.")
     start_timeout_s: float = Field(default=30.0, gt=0, description="How long `broker up` waits for metadata answers.")
 
@@ -133,7 +185,8 @@ def _env_layer(section: str, environ: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def _toml_layer(section: str, path: Path | None) -> dict[str, Any]:
+def _toml_file(path: Path | None) -> dict[str, Any]:
+    """The whole TOML file (every top-level key a known section), or {} without a file."""
     if path is None:
         return {}
     if not path.is_file():
@@ -142,10 +195,30 @@ def _toml_layer(section: str, path: Path | None) -> dict[str, Any]:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-    value = data.get(section, {})
-    if not isinstance(value, dict):
-        raise ConfigError(f"config file {path}: [{section}] must be a table")
-    return value
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown section(s) {', '.join(f'[{u}]' for u in unknown)}; "
+                          f"the sections are {', '.join(f'[{s}]' for s in SECTIONS)}")
+    for section, value in data.items():
+        if not isinstance(value, dict):
+            raise ConfigError(f"config file {path}: [{section}] must be a table")
+    return data
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigError` for every ``STREAMGRPO_*`` variable that no setting reads (a misspelling)."""
+    bad = []
+    for key in environ:
+        if not key.startswith(ENV_PREFIX) or key.startswith(TEST_ENV_PREFIX) or key in ENV_NAMES:
+            continue
+        section, sep, field = key[len(ENV_PREFIX):].partition("__")
+        if not (sep and field and section.lower() in SECTIONS):
+            bad.append(key)
+    if bad:
+        raise ConfigError(
+            f"unknown environment variable(s) {', '.join(sorted(bad))}: settings are "
+            f"{ENV_PREFIX}<SECTION>__<FIELD> with SECTION one of {', '.join(s.upper() for s in SECTIONS)} "
+            f"(e.g. {ENV_PREFIX}TRAINER__LR), or one of {', '.join(ENV_NAMES)}. Fix or unset them.")
 
 
 def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,12 +241,15 @@ def load(
 ) -> M:
     """Build ``model`` from defaults < TOML ``[section]`` < env < ``overrides`` (``None`` values skipped).
 
-    Raises :class:`ConfigError` naming every bad setting and where it came from.
+    Shared fields (``model.SHARED_FIELDS``) come from the validated ``[loop]`` section. Raises
+    :class:`ConfigError` naming every bad setting and where it came from, and for unknown sections
+    and ``STREAMGRPO_*`` variables (see the module docstring).
     """
     env = os.environ if environ is None else environ
+    check_environment(env)
     file = path or env.get(f"{ENV_PREFIX}CONFIG")
-    toml_path = Path(file) if file else None
-    merged = _deep_merge(_toml_layer(section, toml_path), _env_layer(section, env))
+    toml = _toml_file(Path(file) if file else None)
+    merged = _deep_merge(toml.get(section, {}), _env_layer(section, env))
     shared_names = getattr(model, "SHARED_FIELDS", ())
     misplaced = sorted(set(merged) & set(shared_names))
     if misplaced:
@@ -181,11 +257,15 @@ def load(
             f"{', '.join(f'{section}.{n}' for n in misplaced)}: shared by several services; set it in the [loop] "
             f"section (env {ENV_PREFIX}LOOP__<FIELD>) so that every service reads the same value")
     if shared_names:
-        loop = _deep_merge(_toml_layer("loop", toml_path), _env_layer("loop", env))
-        merged = _deep_merge({k: v for k, v in loop.items() if k in shared_names}, merged)
+        loop = _validate(LoopSettings, "loop", _deep_merge(toml.get("loop", {}), _env_layer("loop", env)))
+        merged = _deep_merge({k: getattr(loop, k) for k in shared_names}, merged)
     merged = _deep_merge(merged, {k: v for k, v in (overrides or {}).items() if v is not None})
+    return _validate(model, section, merged)
+
+
+def _validate(model: type[M], section: str, values: dict[str, Any]) -> M:
     try:
-        return model.model_validate(merged)
+        return model.model_validate(values)
     except ValidationError as exc:
         problems = "; ".join(
             f"{section}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
@@ -206,8 +286,3 @@ def describe(model: type[BaseModel], section: str) -> str:
             f"{info.description}"
         )
     return "\n".join(lines)
-
-
-def env_flag(name: str) -> str | None:
-    """Read one raw environment variable (used by the test fixtures and the CLI for STREAMGRPO_* switches)."""
-    return os.environ.get(name)

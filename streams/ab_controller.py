@@ -1,16 +1,14 @@
 """A/B controller: which adapter version serves a group, and when a canary is promoted or rolled back.
 
-Pure core:
-- :class:`AdapterState` folds ``adapter-events`` (AdapterPublished / Promoted / RolledBack) into the
-  primary version, the canary (newest published version above primary, not rolled back) and the
-  trainer's latest version. With ``canary_share == 0`` there is no canary: every published version
-  becomes primary at once. Version 0 is the base model (no adapter yet).
+Pure core (the primary, canary and latest versions come from the one adapter-events fold,
+:mod:`streamgrpo.models.registry`; with ``canary_share == 0`` there is no canary and every published
+version becomes primary at once; version 0 is the base model):
 - :func:`choose_version` gives a group the canary with probability ``canary_share`` (a deterministic
   hash of the group id, so a replay picks the same arm), else the primary.
 - :func:`decide` compares mean group reward of the two arms once each has ``min_groups`` groups.
 
-Thin agent: ``register(ctx)`` runs a timer that reads per-version group stats from the
-:class:`~streamgrpo.streams.follower.LogFollower` (global view of ``groups`` and ``adapter-events``)
+Thin agent: ``register(ctx)`` runs a timer that reads per-version group stats from the worker's
+:class:`~streamgrpo.streams.follower.StreamsFollower` (global view of ``groups`` and ``adapter-events``)
 and publishes AdapterPromoted / AdapterRolledBack (ids derived from the canary version, so two
 controllers deciding the same thing publish the same id). Run it on one worker (``--only ab``);
 what is not covered: sequential testing / confidence bounds (the rule is a plain mean difference).
@@ -20,46 +18,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
+from streamgrpo.models.registry import Line
+from streamgrpo.streams.app import StreamsContext
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class AdapterState:
-    primary: int = 0
-    canary: int | None = None
-    latest: int = 0
-    rolled_back: set[int] = field(default_factory=set)
-
-    def apply(self, event: R.Event, canary_share: float) -> None:
-        if isinstance(event, R.AdapterPublished):
-            self.latest = max(self.latest, event.version)
-            if event.version in self.rolled_back or event.version <= self.primary:
-                return
-            if canary_share <= 0:
-                self.primary = event.version
-            elif self.canary is None or event.version > self.canary:
-                self.canary = event.version
-        elif isinstance(event, R.AdapterPromoted):
-            self.primary = event.version
-            if self.canary is not None and self.canary <= event.version:
-                self.canary = None
-        elif isinstance(event, R.AdapterRolledBack):
-            self.rolled_back.add(event.version)
-            if self.canary == event.version:
-                self.canary = None
-
-
-def choose_version(state: AdapterState, group_id: str, canary_share: float) -> int:
+def choose_version(line: Line, group_id: str, canary_share: float) -> int:
     """The adapter version of a whole group."""
-    if state.canary is None or canary_share <= 0:
-        return state.primary
+    if line.canary is None or canary_share <= 0:
+        return line.primary
     bucket = int.from_bytes(hashlib.sha256(group_id.encode()).digest()[:8], "big") / 2**64
-    return state.canary if bucket < canary_share else state.primary
+    return line.canary if bucket < canary_share else line.primary
 
 
 @dataclass
@@ -112,19 +86,19 @@ def decide(primary: ArmStats, canary: ArmStats, policy: ABPolicy) -> Promote | R
     return Wait(detail)
 
 
-def decision_event(decision: Promote | Rollback, adapter: str, state: AdapterState,
+def decision_event(decision: Promote | Rollback, adapter: str, state: Line,
                    primary: ArmStats, canary: ArmStats) -> R.Event:
     assert state.canary is not None
     metrics = {"primary_mean": primary.mean, "canary_mean": canary.mean,
                "primary_groups": float(primary.groups), "canary_groups": float(canary.groups)}
     if isinstance(decision, Promote):
-        return R.AdapterPromoted(R.Envelope.new("streams", event_id=R.derived_id("ab-promote", adapter, state.canary)),
+        return R.AdapterPromoted(R.Envelope.new("streams", event_id=ids.promotion_id(adapter, state.canary)),
                                  adapter, state.canary, state.primary, decision.reason, metrics)
-    return R.AdapterRolledBack(R.Envelope.new("streams", event_id=R.derived_id("ab-rollback", adapter, state.canary)),
+    return R.AdapterRolledBack(R.Envelope.new("streams", event_id=ids.rollback_id(adapter, state.canary)),
                                adapter, state.canary, state.primary, decision.reason, metrics)
 
 
-def register(ctx: Any) -> None:
+def register(ctx: StreamsContext) -> None:
     from streamgrpo.streams.follower import follower_for
 
     follower = follower_for(ctx)
@@ -135,10 +109,10 @@ def register(ctx: Any) -> None:
     async def ab_tick() -> None:
         if not follower.caught_up.is_set():
             return
-        state = follower.adapters
+        state = follower.view.adapters(s.adapter_name)
         if state.canary is None or state.canary in decided:
             return
-        primary, canary = follower.arm(state.primary), follower.arm(state.canary)
+        primary, canary = follower.view.arm(state.primary), follower.view.arm(state.canary)
         decision = decide(primary, canary, policy)
         if isinstance(decision, Wait):
             return

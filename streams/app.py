@@ -4,8 +4,12 @@ Nothing is bound at import time: a caller builds one app per process from explic
 names the agents it runs (``settings.agents``; registry :data:`AGENTS`, each entry a module with a
 ``register(ctx)`` function). Every catalog topic is read and written as raw bytes
 (``value_serializer="raw"``) and decoded with the project's :class:`~streamgrpo.avro.codec.Codec`;
-a record that does not decode becomes a ``DeadLetter`` on ``dead-letters`` (source
-topic/partition/offset and the reason) and the agent moves on: it never crashes on bad input.
+a record that does not decode becomes a bounded ``DeadLetter`` on ``dead-letters`` (built by
+:func:`streamgrpo.topics.dead_letter.dead_letter`: catalog topic, partition, offset, reason code
+and a bounded copy) and the agent moves on: it never crashes on bad input. A bad record read by
+several agents of one worker (``rewards``: window and metrics; every topic: archive) is
+dead-lettered once (``StreamsContext.dead_lettered``); a dead letter that cannot be delivered is
+retried with backoff, then pauses the agent with a loud error instead of crashing the worker.
 
 Faust settings applied: broker from ``KafkaSettings.bootstrap`` (``streamgrpo-kafka://host:port``:
 faust's aiokafka driver with a configurable fetch wait, see :mod:`.faust_transport`), the topic
@@ -22,20 +26,33 @@ from __future__ import annotations
 import importlib
 import logging
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import faust
+from faust.types import RecordMetadata
 
-from streamgrpo import heartbeat
 from streamgrpo.avro import records as R
 from streamgrpo.avro.codec import Codec
-from streamgrpo.avro.errors import DecodeError
 from streamgrpo.config import KafkaSettings
-from streamgrpo.streams import faust_transport, ids
+from streamgrpo.heartbeat import Heartbeat
+from streamgrpo.streams import faust_transport
 from streamgrpo.streams.config import AGENT_NAMES, StreamsSettings
 from streamgrpo.streams.errors import StreamsConfigError
-from streamgrpo.topics.catalog import TOPICS, spec
+from streamgrpo.topics.catalog import TOPICS, spec, topic_for
+from streamgrpo.topics.clients import logical_name
+from streamgrpo.topics.dead_letter import dead_letter as build_dead_letter
+from streamgrpo.topics.dead_letter import deliver
+from streamgrpo.topics.dedup import RecentIds
+from streamgrpo.topics.producer import check_size
+from streamgrpo.topics.received import decode_record
+
+if TYPE_CHECKING:
+    from streamgrpo.streams.archive import ArchiveWriter
+    from streamgrpo.streams.follower import StreamsFollower
+    from streamgrpo.streams.metrics import RewardWindows
+    from streamgrpo.streams.window import Window
 
 log = logging.getLogger(__name__)
 
@@ -72,22 +89,57 @@ def _credentials(kafka: KafkaSettings) -> Any:
     return None
 
 
+class FaustMessage(Protocol):
+    """The place of a record Faust delivered (``faust.types.Message``)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class FaustEvent(Protocol):
+    """A raw-bytes record Faust delivered to an agent (``faust.types.EventT``)."""
+
+    message: FaustMessage
+    key: bytes | None
+    value: bytes | None
+
+
+class FaustStream(Protocol):
+    """The stream an agent iterates (``faust.types.StreamT`` over raw-bytes records)."""
+
+    def events(self) -> AsyncIterator[FaustEvent]: ...
+
+
+class StreamsApp(faust.App):
+    """The Faust app of a streams worker; carries the worker's typed :class:`StreamsContext`."""
+
+    streamgrpo: StreamsContext | None = None
+
+
 @dataclass
 class StreamsContext:
-    """What agents share: the app, settings, codec, topics by catalog name, and counters."""
+    """What agents share: the app, settings, codec, topics by catalog name, counters, and the parts agents
+    create and other agents (or tests) use: the follower, the window, the archive writer, the reward windows."""
 
-    app: faust.App
+    app: StreamsApp
     settings: StreamsSettings
     kafka: KafkaSettings
     codec: Codec
-    topics: dict[str, Any] = field(default_factory=dict)
+    topics: dict[str, faust.types.TopicT] = field(default_factory=dict)
     counters: Counter[str] = field(default_factory=Counter)
+    dead_lettered: RecentIds = field(default_factory=RecentIds)
+    heartbeat: Heartbeat = field(default_factory=Heartbeat.configured)
+    follower: StreamsFollower | None = None
+    window: Window | None = None
+    archive: ArchiveWriter | None = None
+    reward_windows: RewardWindows | None = None
 
     def name(self, topic: str) -> str:
         """The broker-side name of a catalog topic (prefix applied)."""
         return f"{self.kafka.topic_prefix}{topic}"
 
-    def topic(self, *names: str, internal: bool = False, partitions: int | None = None) -> Any:
+    def topic(self, *names: str, internal: bool = False, partitions: int | None = None) -> faust.types.TopicT:
         """A raw-bytes Faust topic over one or more catalog/internal topic names (prefix applied)."""
         return self.app.topic(
             *(self.name(n) for n in names), key_type=bytes, value_type=bytes, key_serializer="raw",
@@ -97,54 +149,48 @@ class StreamsContext:
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] += n
 
-    async def send(self, event: R.Event, topic: str | None = None, partition: int | None = None) -> Any:
+    async def send(self, event: R.Event, topic: str | None = None,
+                   partition: int | None = None) -> Awaitable[RecordMetadata]:
         """Encode and send ``event`` to its catalog topic; returns the delivery future (await it to wait)."""
-        ts = spec(topic) if topic else _topic_for(event)
-        return await self.topics[ts.name].send(
-            key=ts.key_of(event).encode(), value=self.codec.encode(event, self.name(ts.name)),
-            partition=partition, force=True,
-        )
+        ts = spec(topic) if topic else topic_for(event)
+        value = self.codec.encode(event, self.name(ts.name))
+        check_size(event, value)
+        return await self.topics[ts.name].send(key=ts.key_of(event).encode(), value=value, partition=partition,
+                                               force=True)
 
-    async def decode(self, ev: Any, expected: tuple[type[R.Event], ...]) -> R.Event | None:
+    async def decode(self, ev: FaustEvent, expected: tuple[type[R.Event], ...]) -> R.Event | None:
         """Decode a Faust event's raw value; on failure dead-letter it and return ``None``."""
         msg = ev.message
-        try:
-            event = self.codec.decode(ev.value)
-            if not isinstance(event, expected):
-                raise DecodeError(f"{type(event).__name__} does not belong on {msg.topic}")
-            return event
-        except DecodeError as exc:
-            await self.dead_letter(msg.topic, msg.partition, msg.offset, ev.key, ev.value, "decode_error", str(exc))
-            return None
+        event, code, reason = decode_record(self.codec, logical_name(self.kafka, msg.topic), ev.value)
+        if event is not None and not isinstance(event, expected):
+            event, code, reason = None, "wrong_event_type", f"{type(event).__name__} does not belong on {msg.topic}"
+        if event is None:
+            await self.dead_letter(msg.topic, msg.partition, msg.offset, ev.key, ev.value, code or "decode_error",
+                                   reason or "")
+        return event
 
     async def dead_letter(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
                           code: str, reason: str) -> None:
+        """Dead-letter one record (``topic`` physical or catalog name), once per worker; delivered before return."""
+        letter = build_dead_letter(service="streams", consumer=self.app.conf.id, topic=logical_name(self.kafka, topic),
+                                   partition=partition, offset=offset, key=key, value=value, reason_code=code,
+                                   reason=reason)
+        if self.dead_lettered.seen(letter.event_id):
+            return
         self.count(f"dead_letters.{code}")
-        log.warning("dead-lettering %s[%d]@%d: %s", topic, partition, offset, reason)
-        dl = R.DeadLetter(
-            envelope=R.Envelope.new("streams", event_id=ids.dead_letter_id(topic, partition, offset)),
-            source_topic=topic, source_partition=partition, source_offset=offset, reason_code=code,
-            reason=reason, consumer=self.app.conf.id, key=key, value=value,
-        )
-        await self.send(dl)
+        log.warning("dead-lettering %s[%d]@%d: %s", topic, partition, offset, letter.reason)
 
+        async def attempt() -> None:
+            await (await self.send(letter))
 
-def _topic_for(event: R.Event) -> Any:
-    for t in TOPICS:
-        if event.SCHEMA_NAME in t.event_types:
-            return t
-    raise KeyError(f"no topic carries {event.SCHEMA_NAME}")
+        await deliver(attempt, f"the dead letter of {topic}[{partition}]@{offset}", alive=self.heartbeat.beat)
 
 
 #: Seconds between liveness beats of a streams worker (its event loop is alive and timers run).
 HEARTBEAT_INTERVAL_S = 5.0
 
 
-async def _heartbeat() -> None:
-    heartbeat.beat()
-
-
-def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str] | None = None) -> faust.App:
+def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str] | None = None) -> StreamsApp:
     """Build the Faust app and register the selected agents (default: ``settings.agents``).
 
     The :class:`StreamsContext` is available afterwards as ``app.streamgrpo``.
@@ -154,7 +200,7 @@ def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str
     if unknown:
         raise StreamsConfigError(f"unknown agents {unknown}; choose from {', '.join(AGENTS)} (--only / streams.agents)")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    app = faust.App(
+    app = StreamsApp(
         f"{kafka.topic_prefix}{settings.app_id}",
         broker=broker_urls(kafka.bootstrap, faust_transport.register()),
         broker_credentials=_credentials(kafka),
@@ -177,9 +223,12 @@ def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str
     )
     ctx = StreamsContext(app=app, settings=settings, kafka=kafka, codec=Codec(kafka.schema_registry_url))
     ctx.topics = {t.name: ctx.topic(t.name) for t in TOPICS}
-    app.streamgrpo = ctx  # type: ignore[attr-defined]
+    app.streamgrpo = ctx
     for name in chosen:
         importlib.import_module(AGENTS[name]).register(ctx)
-    app.timer(HEARTBEAT_INTERVAL_S, name="streamgrpo.heartbeat")(_heartbeat)
+    async def beat() -> None:
+        ctx.heartbeat.beat()
+
+    app.timer(HEARTBEAT_INTERVAL_S, name="streamgrpo.heartbeat")(beat)
     log.info("streams app %s: agents %s on %s", app.conf.id, ", ".join(chosen), kafka.bootstrap)
     return app

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from streamgrpo.avro import records as R
+from streamgrpo.streams.app import StreamsContext
 from streamgrpo.streams.errors import ArchiveError
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ def query(root: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         con.close()
 
 
-async def run_archive(ctx: Any, writer: ArchiveWriter) -> None:
+async def run_archive(ctx: StreamsContext, writer: ArchiveWriter) -> None:
     """Consume every event topic and roll Parquet files; commit offsets after each roll."""
     import asyncio
 
@@ -125,7 +126,8 @@ async def run_archive(ctx: Any, writer: ArchiveWriter) -> None:
 
     group = f"{ctx.kafka.topic_prefix}{ctx.settings.app_id}-archive"
     names = [t.name for t in TOPICS]
-    async with EventConsumer(ctx.kafka, group_id=group, topics=names, service="streams-archive") as consumer:
+    async with EventConsumer(ctx.kafka, group_id=group, topics=names, service="streams-archive",
+                             dead_lettered_ids=ctx.dead_lettered) as consumer:
         async for batch in consumer.batches(max_records=500, timeout_ms=500):
             for rec in batch:
                 if rec.event is not None:
@@ -136,7 +138,7 @@ async def run_archive(ctx: Any, writer: ArchiveWriter) -> None:
                 ctx.count("archive.rows", n)
 
 
-def register(ctx: Any) -> None:
+def register(ctx: StreamsContext) -> None:
     s = ctx.settings
     writer = ArchiveWriter(s.archive_dir, s.archive_roll_records, s.archive_roll_s)
 
@@ -144,5 +146,5 @@ def register(ctx: Any) -> None:
         await run_archive(ctx, writer)
 
     ctx.app.task(archive_task)
-    ctx.archive_writer = writer
+    ctx.archive = writer
 

@@ -7,11 +7,11 @@ live in :class:`streamgrpo.config.KafkaSettings` (section ``[kafka]``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from streamgrpo.config import StrictModel, shared
+from streamgrpo.config import StrictModel, default_home, shared
 from streamgrpo.metrics import DEFAULT_PORTS
 
 AGENT_NAMES = ("fanout", "window", "metrics", "ab", "archive")
@@ -20,7 +20,8 @@ AGENT_NAMES = ("fanout", "window", "metrics", "ab", "archive")
 class StreamsSettings(StrictModel):
     """Everything the Faust worker of ``streamgrpo streams`` needs besides the broker address."""
 
-    SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_turns", "max_staleness", "samples_per_step")
+    SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_turns", "max_staleness", "samples_per_step",
+                                                "canary_share", "home")
 
     # -- app ---------------------------------------------------------------------------------------
     app_id: str = Field("streamgrpo-streams", description="Faust app id = consumer group; the topic prefix is prepended.")
@@ -29,7 +30,9 @@ class StreamsSettings(StrictModel):
         description="Faust processing guarantee. exactly_once uses Kafka transactions (Apache Kafka only: the "
         "embedded Tansu broker does not isolate aborted transactions; correctness never depends on it).",
     )
-    data_dir: Path = Field(Path.home() / ".streamgrpo" / "streams", description="Faust data directory.")
+    home: Path = shared("home")
+    data_dir: Path = Field(default_factory=lambda: default_home() / "streams",
+                           description="Faust data directory (default <home>/streams).")
     web_enabled: bool = Field(False, description="Run Faust's web server (health, tables).")
     web_port: int = Field(6066, ge=1, le=65535, description="Port of Faust's web server when enabled.")
     standby_replicas: int = Field(0, ge=0, le=3, description="Faust table standby replicas.")
@@ -79,17 +82,24 @@ class StreamsSettings(StrictModel):
     prometheus_port: int | None = Field(None, ge=1, le=65535, description="Expose Prometheus metrics here (unset: off).")
     metrics_port: int = Field(DEFAULT_PORTS["streams"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     # -- A/B controller ----------------------------------------------------------------------------
-    canary_share: float = Field(
-        0.0, ge=0, le=1, description="Share of groups served by the newest published adapter (0: no canary, "
-        "every published adapter becomes primary at once)."
-    )
+    canary_share: float = shared("canary_share")
     ab_min_groups: int = Field(8, ge=1, description="Groups each arm needs before a promote/rollback decision.")
     ab_min_gain: float = Field(0.0, description="Canary mean reward - primary mean reward needed to promote.")
     ab_max_loss: float = Field(0.05, ge=0, description="Roll back when the canary is worse than primary by more.")
     # -- archive -----------------------------------------------------------------------------------
-    archive_dir: Path = Field(Path.home() / ".streamgrpo" / "archive", description="Parquet archive root.")
+    archive_dir: Path = Field(default_factory=lambda: default_home() / "archive",
+                              description="Parquet archive root (default <home>/archive).")
     archive_roll_records: int = Field(1000, ge=1, description="Roll a Parquet file after this many records.")
     archive_roll_s: float = Field(30.0, gt=0, description="Roll a Parquet file after this many seconds.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _paths_under_home(cls, data: Any) -> Any:
+        """Unset data and archive directories follow ``home``."""
+        if isinstance(data, dict) and data.get("home") is not None:
+            home = Path(data["home"])
+            data = {"data_dir": home / "streams", "archive_dir": home / "archive", **data}
+        return data
 
     @field_validator("agents", mode="before")
     @classmethod

@@ -1,8 +1,8 @@
 """Group fan-out: each Task -> N RolloutRequests sharing ONE adapter version, paced by admission.
 
 Pure core:
-- :func:`fan_out` builds the N requests (``group_id = derived_id("group", task_id, attempt)`` with
-  ``attempt`` from ``task.metadata["attempt"]`` or 0; ``rollout_id = derived_id("rollout", group_id, i)``;
+- :func:`fan_out` builds the N requests (``group_id = ids.group_id(task_id, attempt)`` with
+  ``attempt`` from ``task.metadata["attempt"]`` or 0; ``rollout_id = ids.rollout_id(group_id, i)``;
   request ids derived from the rollout id), with sampling params and ``max_turns`` from settings.
 - :func:`admit` returns why a new group must wait, or ``None``. Staleness is controlled HERE, by
   admission, on by default: a group's samples queue behind the samples already waiting for the
@@ -14,10 +14,18 @@ Pure core:
   would otherwise starve), and at most ``max_groups_in_flight`` groups are open at once. The
   trainer drops what is older than the same shared ``max_staleness`` (``[loop]`` settings).
 
-Thin agent: consumes ``tasks``; waits for the :class:`~streamgrpo.streams.follower.LogFollower`
-to catch up; while admission says wait, it sleeps (backpressure: the task is not acknowledged, the
-consumer stops fetching once its buffer is full; nothing is dropped). A task whose group already
-appears on ``rollout-requests`` (a redelivery after a crash) is skipped.
+Intake bounds (:func:`check_task`): a task without an id, with ``group_size`` outside
+1..:data:`~streamgrpo.topics.limits.MAX_GROUP_SIZE`, or encoded larger than
+:data:`~streamgrpo.topics.limits.MAX_TASK_BYTES` (its question is copied into every request and
+completion of the group) is dead-lettered (``invalid_task`` / ``task_too_large``) before any request
+is built, so a hostile or careless Task can neither exhaust memory nor make the fan-out produce a
+record the broker refuses.
+
+Thin agent: consumes ``tasks``; waits for the worker's
+:class:`~streamgrpo.streams.follower.StreamsFollower` to catch up; while admission says wait, it
+sleeps (backpressure: the task is not acknowledged, the consumer stops fetching once its buffer is
+full; nothing is dropped). A task whose group already appears on ``rollout-requests`` (a redelivery
+after a crash) is skipped.
 What is not covered: priorities between tasks.
 """
 
@@ -26,11 +34,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
 from streamgrpo.streams.ab_controller import choose_version
+from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
+from streamgrpo.streams.config import StreamsSettings
+from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TASK_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +55,7 @@ class FanoutPolicy:
     samples_per_step: int
 
     @classmethod
-    def from_settings(cls, s: Any) -> FanoutPolicy:
+    def from_settings(cls, s: StreamsSettings) -> FanoutPolicy:
         return cls(s.adapter_name, s.max_turns, R.SamplingParams(s.temperature, s.top_p, s.max_new_tokens),
                    s.max_groups_in_flight, s.max_staleness, s.samples_per_step)
 
@@ -57,11 +67,23 @@ def attempt_of(task: R.Task) -> int:
         return 0
 
 
+def check_task(task: R.Task, encoded_size: int) -> tuple[str, str] | None:
+    """Why ``task`` cannot be fanned out, as (reason code, reason), or None when it can (pure)."""
+    if not task.envelope.task_id or not 1 <= task.group_size <= MAX_GROUP_SIZE:
+        return "invalid_task", (f"task needs a task_id and 1 <= group_size <= {MAX_GROUP_SIZE} "
+                                f"(got {task.envelope.task_id!r}, {task.group_size})")
+    if encoded_size > MAX_TASK_BYTES:
+        return "task_too_large", (f"task is {encoded_size} bytes encoded; at most {MAX_TASK_BYTES} are accepted "
+                                  "(its question is copied into every request and completion of the group)")
+    return None
+
+
 def fan_out(task: R.Task, version: int, policy: FanoutPolicy) -> list[R.RolloutRequest]:
-    """The group's N requests; raises ValueError for a task without id or with group_size < 1."""
-    task_id = task.envelope.task_id
-    if not task_id or task.group_size < 1:
-        raise ValueError(f"task needs a task_id and group_size >= 1 (got {task_id!r}, {task.group_size})")
+    """The group's N requests; raises ValueError for a task :func:`check_task` rejects on its fields."""
+    problem = check_task(task, 0)
+    if problem is not None:
+        raise ValueError(problem[1])
+    task_id = task.envelope.task_id or ""
     group = ids.group_id(task_id, attempt_of(task))
     out = []
     for i in range(task.group_size):
@@ -100,42 +122,42 @@ def admit(backlog: Backlog, group_size: int, policy: FanoutPolicy) -> str | None
     return None
 
 
-def register(ctx: Any) -> None:
+def register(ctx: StreamsContext) -> None:
     from streamgrpo.streams.follower import follower_for
 
     follower = follower_for(ctx)
+    view = follower.view
     policy = FanoutPolicy.from_settings(ctx.settings)
 
-    async def fanout_agent(stream: Any) -> None:
+    async def fanout_agent(stream: FaustStream) -> None:
         async for ev in stream.events():
             task = await ctx.decode(ev, (R.Task,))
-            if task is not None:
+            if isinstance(task, R.Task):
                 await handle(task, ev)
 
-    async def handle(task: R.Task, ev: Any) -> None:
-        await follower.caught_up.wait()
-        try:
-            requests = fan_out(task, 0, policy)
-        except ValueError as exc:
+    async def handle(task: R.Task, ev: FaustEvent) -> None:
+        problem = check_task(task, len(ev.value or b""))
+        if problem is not None:
             m = ev.message
-            await ctx.dead_letter(m.topic, m.partition, m.offset, ev.key, ev.value, "invalid_task", str(exc))
+            await ctx.dead_letter(m.topic, m.partition, m.offset, ev.key, ev.value, *problem)
             return
-        group = requests[0].envelope.group_id
-        if group in follower.requested:
+        await follower.caught_up.wait()
+        group = ids.group_id(task.envelope.task_id or "", attempt_of(task))
+        if group in view.requested:
             ctx.count("fanout.already_requested")
             return
         waited = False
-        while (reason := admit(follower.backlog(), task.group_size, policy)):
+        while (reason := admit(view.backlog(), task.group_size, policy)):
             if not waited:
                 log.info("fan-out waiting: %s", reason)
                 ctx.count("fanout.backpressure")
                 waited = True
             await asyncio.sleep(ctx.settings.admission_poll_s)
-        version = choose_version(follower.adapters, group, ctx.settings.canary_share)
+        version = choose_version(view.adapters(policy.adapter_name), group, ctx.settings.canary_share)
         requests = fan_out(task, version, policy)
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
-        follower.note_requested(group, len(requests))
+        view.note_requested(group, len(requests))
         ctx.count("fanout.groups")
 
     ctx.app.agent(ctx.topics["tasks"], name="streamgrpo.fanout")(fanout_agent)

@@ -5,7 +5,7 @@ reward's ``event_time``; :meth:`RewardWindows.flush` returns a RewardMetrics for
 ended at least ``grace_s`` ago: count, mean reward, success rate (``score >= threshold``; ERROR
 rewards count as failures with their score), mean turns and summed tool calls.
 
-The agent consumes ``rewards`` (dedup by event id within the open windows), a timer flushes closed
+The agent consumes ``rewards`` (dedup by event id: :class:`~streamgrpo.topics.dedup.RecentIds`), a timer flushes closed
 windows to ``reward-metrics``, and when ``prometheus_port`` is set a prometheus_client HTTP server
 exposes ``streamgrpo_reward_mean{adapter_version}``, ``streamgrpo_reward_success_rate``,
 ``streamgrpo_rewards_total{adapter_version,status}`` and ``streamgrpo_streams_events_total{what}``.
@@ -21,9 +21,10 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
 
 from streamgrpo.avro import records as R
+from streamgrpo.streams.app import FaustStream, StreamsContext
+from streamgrpo.topics.dedup import RecentIds
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,6 @@ class _Bucket:
     successes: int = 0
     turns_sum: int = 0
     tools: Counter[str] = field(default_factory=Counter)
-    seen: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -44,15 +44,15 @@ class RewardWindows:
     success_threshold: float
     grace_s: float = 2.0
     buckets: dict[tuple[str, int, float], _Bucket] = field(default_factory=dict)
+    seen: RecentIds = field(default_factory=RecentIds)
 
     def add(self, reward: R.Reward) -> bool:
-        """Add a reward to its window; False for a duplicate (same event id in an open window)."""
+        """Add a reward to its window; False for a duplicate (an event id seen recently)."""
+        if self.seen.seen(reward.event_id):
+            return False
         t = reward.envelope.event_time.timestamp()
         start = t - (t % self.window_s)
         b = self.buckets.setdefault((reward.adapter_name, int(reward.adapter_version), start), _Bucket())
-        if reward.event_id in b.seen:
-            return False
-        b.seen.add(reward.event_id)
         b.count += 1
         b.score_sum += reward.score
         b.successes += int(reward.status == R.RewardStatus.OK and reward.score >= self.success_threshold)
@@ -112,17 +112,17 @@ class Prometheus:
                 self.events.labels(what).set(n)
 
 
-def register(ctx: Any) -> None:
+def register(ctx: StreamsContext) -> None:
     import time
 
     s = ctx.settings
     windows = RewardWindows(s.metrics_window_s, s.success_threshold)
     prom = Prometheus(s.prometheus_port)
 
-    async def metrics_agent(stream: Any) -> None:
+    async def metrics_agent(stream: FaustStream) -> None:
         async for ev in stream.events():
             reward = await ctx.decode(ev, (R.Reward,))
-            if reward is not None and windows.add(reward):
+            if isinstance(reward, R.Reward) and windows.add(reward):
                 prom.on_reward(reward)
 
     async def flush_metrics() -> None:

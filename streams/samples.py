@@ -2,47 +2,23 @@
 
 A rollout's sample is *ready* when its group is closed and trains, the rollout has an advantage,
 its RolloutCompleted said how many planner turns it took, and that many distinct turns arrived.
-The sample's turns are sorted by turn number (duplicates were dropped on arrival); its advantage is
-the rollout's trajectory advantage, given to every turn (Flow-GRPO). Its id is
-``derived_id("sample", rollout_id)``: a re-emission after a crash carries the same id, so the
-trainer de-duplicates by id.
+The sample's turns are built from the PlannerActions themselves (the window keeps each as the event
+it received), sorted by turn number (duplicates were dropped on arrival): on the streams side a
+planner turn has two shapes only, the event and the training row (:class:`~streamgrpo.avro.records.SampleTurn`
+inside the TrainingSample). Its advantage is the rollout's trajectory advantage, given to every turn
+(Flow-GRPO). Its id is ``ids.sample_id(rollout_id)``: a re-emission after a crash carries the same
+id, so the trainer de-duplicates by id.
 
 What is not covered: storing action payloads and the timing of emission (see ``window.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
 from streamgrpo.streams.window_core import GroupState
-
-
-@dataclass(frozen=True)
-class StoredTurn:
-    """The part of a PlannerAction a TrainingSample needs (kept in the actions table)."""
-
-    turn: int
-    prompt_token_ids: list[int]
-    action_token_ids: list[int]
-    behaviour_logprobs: list[float]
-    adapter_name: str
-    adapter_version: int
-
-    @classmethod
-    def from_action(cls, action: R.PlannerAction) -> StoredTurn:
-        return cls(int(action.envelope.turn or 0), list(action.prompt_token_ids), list(action.action_token_ids),
-                   list(action.behaviour_logprobs), action.adapter_name, int(action.adapter_version))
-
-    def to_dict(self) -> dict[str, object]:
-        return {"t": self.turn, "p": self.prompt_token_ids, "a": self.action_token_ids, "l": self.behaviour_logprobs,
-                "n": self.adapter_name, "v": self.adapter_version}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> StoredTurn:
-        return cls(int(d["t"]), list(d["p"]), list(d["a"]), list(d["l"]), str(d["n"]), int(d["v"]))  # type: ignore[call-overload,arg-type]
 
 
 def action_key(rollout_id: str, turn: int) -> str:
@@ -67,16 +43,22 @@ def ready_rollouts(state: GroupState, has_turn: Callable[[str, int], bool]) -> l
     return out
 
 
-def build_sample(state: GroupState, rollout_id: str, turns: list[StoredTurn]) -> R.TrainingSample:
-    """The TrainingSample of ``rollout_id``; ``turns`` in any order, one per turn number."""
-    if not turns:
+def sample_turn(action: R.PlannerAction) -> R.SampleTurn:
+    """The training row of one planner turn."""
+    return R.SampleTurn(int(action.envelope.turn or 0), list(action.prompt_token_ids), list(action.action_token_ids),
+                        list(action.behaviour_logprobs))
+
+
+def build_sample(state: GroupState, rollout_id: str, actions: list[R.PlannerAction]) -> R.TrainingSample:
+    """The TrainingSample of ``rollout_id``; ``actions`` (its PlannerActions) in any order, one per turn number."""
+    if not actions:
         raise ValueError(f"rollout {rollout_id} has no planner turns; nothing to train on")
-    ordered = sorted(turns, key=lambda t: t.turn)
+    ordered = sorted(actions, key=lambda a: int(a.envelope.turn or 0))
     reward = state.rewards[rollout_id]
     return R.TrainingSample(
         envelope=R.Envelope.new("streams", event_id=ids.sample_id(rollout_id), task_id=state.task_id,
                                 group_id=state.group_id, rollout_id=rollout_id),
-        turns=[R.SampleTurn(t.turn, t.prompt_token_ids, t.action_token_ids, t.behaviour_logprobs) for t in ordered],
+        turns=[sample_turn(a) for a in ordered],
         advantage=state.advantages[rollout_id],
         reward=reward.score,
         group_mean=state.mean,

@@ -4,7 +4,8 @@ One agent consumes ``rewards``, ``planner-actions`` and ``rollouts`` (all keyed 
 whole group lives on one partition) plus an internal ``streams-window-ticks`` topic. Two tables,
 changelogged by Faust and partitioned like the inputs:
 - ``window-groups``: group_id -> :class:`GroupState` (rewards, turn bookkeeping, advantages);
-- ``window-actions``: ``rollout_id/turn`` -> the planner turn's token ids and logprobs.
+- ``window-actions``: ``rollout_id/turn`` -> the PlannerAction exactly as it arrived (its Avro bytes:
+  the event is stored, not re-shaped; decoded again when its sample is built).
 
 A timer scans open groups of the partitions this worker owns and sends a tick (key group_id, the
 group's partition) for every group past ``group_timeout_s`` or past ``action_ttl_s`` after closing;
@@ -12,7 +13,7 @@ the agent handles the tick inside stream iteration, where tables may be written.
 
 Delivery: at-least-once. Samples and GroupClosed are sent and their delivery awaited BEFORE the
 table records them as emitted, so a crash can repeat an emission but never lose one; repeats carry
-the same deterministic id (``derived_id("sample", rollout_id)``) and the trainer drops them by id.
+the same deterministic id (``ids.sample_id(rollout_id)``) and the trainer drops them by id.
 Counted (``ctx.counters``): ``groups.<reason>``, ``rewards.duplicate``, ``actions.expired``.
 """
 
@@ -26,18 +27,17 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
 from streamgrpo.streams import window_core as W
 from streamgrpo.streams.advantages import build_estimator
-from streamgrpo.streams.app import StreamsContext
-from streamgrpo.streams.samples import StoredTurn, action_key, build_sample, ready_rollouts
+from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
+from streamgrpo.streams.samples import action_key, build_sample, ready_rollouts
 from streamgrpo.topics.catalog import spec
+from streamgrpo.topics.limits import MAX_TURNS
 
 log = logging.getLogger(__name__)
 TICKS = "streams-window-ticks"
-#: turns probed when deleting a rollout's actions whose turn count is unknown
-MAX_TURN_PROBE = 64
 
 
 class Window:
@@ -49,9 +49,10 @@ class Window:
         self.policy = W.WindowPolicy(s.estimator, build_estimator(s.estimator), s.group_timeout_s,
                                      s.partial_policy, s.min_group_size)
         parts = spec("rewards").partitions
-        schema: Any = faust.Schema(key_serializer="json", value_serializer="json")
-        self.groups = ctx.app.Table("window-groups", default=None, partitions=parts, schema=schema)
-        self.actions = ctx.app.Table("window-actions", default=None, partitions=parts, schema=schema)
+        groups: Any = faust.Schema(key_serializer="json", value_serializer="json")
+        actions: Any = faust.Schema(key_serializer="json", value_serializer="raw")
+        self.groups = ctx.app.Table("window-groups", default=None, partitions=parts, schema=groups)
+        self.actions = ctx.app.Table("window-actions", default=None, partitions=parts, schema=actions)
         self.ticks = ctx.topic(TICKS, internal=True, partitions=parts)
         self.source = ctx.topic("rewards", "planner-actions", "rollouts", TICKS, internal=True, partitions=parts)
         self.ticked: dict[str, float] = {}
@@ -61,13 +62,8 @@ class Window:
         raw = self.groups.get(group_id)
         return W.GroupState.from_dict(raw) if raw else None
 
-    def _state_for(self, event: R.Event, expected: int, partition: int) -> W.GroupState:
-        env = event.envelope
-        state = self._load(env.group_id or "")
-        return state or W.new_state(env.group_id or "", env.task_id, expected, time.time(), partition)
-
     # -- handlers ---------------------------------------------------------------------------------
-    async def on_record(self, ev: Any) -> None:
+    async def on_record(self, ev: FaustEvent) -> None:
         topic = ev.message.topic
         if topic == self.ctx.name(TICKS):
             await self.on_tick((ev.key or b"").decode())
@@ -79,10 +75,15 @@ class Window:
             await self.ctx.dead_letter(topic, ev.message.partition, ev.message.offset, ev.key, ev.value,
                                        "missing_ids", f"{type(event).__name__} without group_id/rollout_id")
             return
+        problem = W.out_of_bounds(event)
+        if problem is not None:
+            await self.ctx.dead_letter(topic, ev.message.partition, ev.message.offset, ev.key, ev.value,
+                                       "out_of_bounds", f"{type(event).__name__}: {problem}")
+            return
         partition = ev.message.partition
         known = self._load(event.envelope.group_id)
         if isinstance(event, R.PlannerAction):
-            await self.on_action(known or self._new(event, 0, partition), event, changed=known is None)
+            await self.on_action(known or self._new(event, 0, partition), event, ev.value or b"", changed=known is None)
             return
         state = known or self._new(event, int(event.group_size), partition)
         if isinstance(event, R.Reward):
@@ -99,14 +100,14 @@ class Window:
         env = event.envelope
         return W.new_state(env.group_id or "", env.task_id, expected, time.time(), partition)
 
-    async def on_action(self, state: W.GroupState, action: R.PlannerAction, changed: bool) -> None:
-        """Store the turn (once) while it can still be trained on; only the first event of a group, or
+    async def on_action(self, state: W.GroupState, action: R.PlannerAction, raw: bytes, changed: bool) -> None:
+        """Store the turn's event (once) while it can still be trained on; only the first event of a group, or
         an action that completes a closed group's rollout, writes the group state."""
         rollout = action.envelope.rollout_id or ""
         if W.wants_action(state, rollout):
             key = action_key(rollout, int(action.envelope.turn or 0))
             if self.actions.get(key) is None:
-                self.actions[key] = StoredTurn.from_action(action).to_dict()
+                self.actions[key] = raw
         else:
             self.ctx.count("actions.ignored")
         if changed or state.closed:
@@ -137,9 +138,9 @@ class Window:
             self._drop_actions(state, [r for r in self._rollouts(state) if r not in state.advantages])
         ready = ready_rollouts(state, self._has_turn)
         for rollout in ready:
-            turns = [StoredTurn.from_dict(self.actions[action_key(rollout, t)])
-                     for t in range(1, state.turns_expected[rollout] + 1)]
-            futures.append(await self.ctx.send(build_sample(state, rollout, turns)))
+            actions = [self.ctx.codec.decode(self.actions[action_key(rollout, t)], R.PlannerAction)
+                       for t in range(1, state.turns_expected[rollout] + 1)]
+            futures.append(await self.ctx.send(build_sample(state, rollout, actions)))
         if futures:
             await asyncio.gather(*futures)  # delivered before the table says "emitted"
         if ready:
@@ -158,7 +159,7 @@ class Window:
         """Delete the stored turns of ``rollouts``; returns how many were deleted."""
         dropped = 0
         for rollout in rollouts:
-            last = max(state.turns_expected.get(rollout, 0), MAX_TURN_PROBE)
+            last = MAX_TURNS  # turns beyond it are rejected at intake; a count may be unknown yet
             for turn in range(0, last + 1):
                 key = action_key(rollout, turn)
                 if self.actions.get(key) is not None:
@@ -192,7 +193,7 @@ class Window:
 def register(ctx: StreamsContext) -> Window:
     window = Window(ctx)
 
-    async def window_agent(stream: Any) -> None:
+    async def window_agent(stream: FaustStream) -> None:
         busy, n, since = 0.0, 0, time.monotonic()
         async for ev in stream.events():
             t0 = time.monotonic()
@@ -206,5 +207,5 @@ def register(ctx: StreamsContext) -> Window:
 
     ctx.app.agent(window.source, name="streamgrpo.window")(window_agent)
     ctx.app.timer(ctx.settings.tick_interval_s, name="streamgrpo.window.ticks")(window.send_ticks)
-    ctx.window = window  # type: ignore[attr-defined]
+    ctx.window = window
     return window

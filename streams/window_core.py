@@ -10,6 +10,11 @@ ERROR rewards count as arrived (they complete the group) but are unusable: they 
 their rollout yields no TrainingSample. A zero-variance group (all usable rewards equal) closes with
 ``trains=False, reason="zero_variance"`` and yields no samples.
 
+Intake bounds (:func:`out_of_bounds`): a Reward or RolloutCompleted whose ``group_size`` is outside
+1..:data:`~streamgrpo.topics.limits.MAX_GROUP_SIZE`, or a rollout claiming more than
+:data:`~streamgrpo.topics.limits.MAX_TURNS` planner turns, is rejected before it sizes the window's
+work (the missing-rollout list, the turn probes); the shell dead-letters it.
+
 The state also records how many planner turns each rollout took (from RolloutCompleted), so
 :mod:`streamgrpo.streams.samples` can tell when a rollout's sample is complete. What is not covered:
 the planner actions themselves (the caller keeps them, keyed by rollout and turn, and answers
@@ -21,9 +26,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
 from streamgrpo.streams.advantages import Estimator
+from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TURNS
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,16 @@ class GroupState:
         d = dict(d)
         d["rewards"] = {k: RewardEntry(**v) for k, v in d.get("rewards", {}).items()}
         return cls(**d)
+
+
+def out_of_bounds(event: R.Event) -> str | None:
+    """Why a window input is beyond the contract's bounds, or None."""
+    if isinstance(event, (R.Reward, R.RolloutCompleted)) and not 1 <= event.group_size <= MAX_GROUP_SIZE:
+        return f"group_size {event.group_size} is outside 1..{MAX_GROUP_SIZE}"
+    turns = event.turns if isinstance(event, R.RolloutCompleted) else event.envelope.turn or 0
+    if isinstance(event, (R.RolloutCompleted, R.PlannerAction)) and not 0 <= turns <= MAX_TURNS:
+        return f"turn count {turns} is outside 0..{MAX_TURNS}"
+    return None
 
 
 def new_state(group_id: str, task_id: str | None, expected: int, now: float, partition: int) -> GroupState:
@@ -142,6 +158,7 @@ def _close(state: GroupState, status: R.GroupStatus, policy: WindowPolicy, now: 
         status=status, expected=state.expected, received=len(state.rewards), reward_mean=mean,
         reward_std=std, estimator=policy.estimator_name, trains=trains, reason=reason,
         adapter_version=versions[0] if versions else 0, missing_rollout_ids=missing_rollouts(state),
+        samples=len(advantages),
     )
     new = replace(state, closed=True, closed_at=now, trains=trains, advantages=advantages, mean=mean, std=std,
                   size=len(scores), estimator=policy.estimator_name)

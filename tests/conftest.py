@@ -51,7 +51,10 @@ def streamgrpo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def model_cache() -> Path:
-    """Where the converted SmolLM2 lives between runs (converted once; ~40 s the first time)."""
-    path = Path(os.environ.get("STREAMGRPO_MODEL_CACHE", Path.home() / ".streamgrpo" / "models"))
+    """Where the converted SmolLM2 lives between runs (converted once; ~40 s the first time): the services'
+    own ``[loop] model_cache`` (``<STREAMGRPO_HOME>/models`` by default)."""
+    from streamgrpo.config import LoopSettings, load
+
+    path = load(LoopSettings, "loop").model_cache
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -14,13 +14,12 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics.catalog import TOPICS, TopicSpec
 from streamgrpo.topics.clients import client_config, topic_name
-from streamgrpo.topics.consumer import end_offsets
 from streamgrpo.topics.errors import TopicsError
 
 log = logging.getLogger(__name__)
@@ -116,19 +115,10 @@ class TopicInfo:
 
 
 def describe_topics(kafka: KafkaSettings, timeout_s: float = 10.0) -> list[TopicInfo]:
-    """Every non-internal topic with its partition count and message count."""
+    """Every non-internal topic with its partition count and message count (true log ends)."""
+    from streamgrpo.topics.follow import log_bounds
+
     have = existing_topics(kafka, timeout_s)
-    consumer = Consumer({**client_config(kafka), "group.id": "streamgrpo-topics-list", "enable.auto.commit": False})
-    try:
-        infos = []
-        for name in sorted(have):
-            parts = list(range(have[name]))
-            ends = end_offsets(consumer, name, parts, timeout_s)
-            total = 0
-            for p in parts:
-                lo, _ = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=timeout_s)
-                total += max(0, ends[p] - lo)
-            infos.append(TopicInfo(name, have[name], total))
-        return infos
-    finally:
-        consumer.close()
+    bounds = log_bounds(kafka, sorted(have))
+    return [TopicInfo(name, have[name], sum(max(0, end - start) for (t, _), (start, end) in bounds.items() if t == name))
+            for name in sorted(have)]

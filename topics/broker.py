@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from streamgrpo.config import BrokerSettings, KafkaSettings
+from streamgrpo.config import BrokerSettings, KafkaSettings, load
 from streamgrpo.errors import ConfigError
 from streamgrpo.topics.errors import BrokerError
 
@@ -212,7 +212,7 @@ def resolve_bootstrap(kafka: KafkaSettings, broker: BrokerSettings | None = None
     """The bootstrap servers in force: the configured ones, else the running embedded broker."""
     if kafka.bootstrap:
         return kafka.bootstrap
-    broker = broker or BrokerSettings()
+    broker = broker or load(BrokerSettings, "broker")  # the home of this process's settings ($STREAMGRPO_HOME)
     state = read_state(broker.home)
     if state is None or not _is_tansu(state.pid):
         raise ConfigError(

@@ -1,4 +1,4 @@
-"""The topic catalog: every topic of ARCHITECTURE.md in one declarative place.
+"""The topic catalog: every topic the project reads or writes, declared once.
 
 A :class:`TopicSpec` says how a topic is created (partitions, replication, retention, cleanup
 policy), how its records are keyed (``key_field``: a dotted path into the event) and which event
@@ -6,8 +6,9 @@ types it carries. ``streamgrpo topics ensure`` creates missing topics and report
 ``k8s/base/topics/`` holds the same specs as Strimzi ``KafkaTopic`` resources, generated from here
 (``python k8s/gen_topics.py``) and drift-tested.
 
-Partition counts are sized for the embedded broker and a small cluster; raise them with
-``[topics] partitions_scale`` in production (partitions can grow, never shrink).
+Partition counts are sized for the embedded broker and a small cluster. To raise one in production,
+change it here and on the broker (partitions can grow, never shrink; keys then move partitions, so do
+it between runs); ``topics ensure`` reports a broker whose counts differ from this catalog as drift.
 """
 
 from __future__ import annotations

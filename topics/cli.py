@@ -37,7 +37,7 @@ def broker() -> None:
 @broker.command("up")
 @click.option("--port", type=int, default=None, help="Port to listen on (default: a free port).")
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="State directory for the pid/port file and log (default ~/.streamgrpo).")
+              help="State directory for the pid/port file and log (default $STREAMGRPO_HOME, ~/.streamgrpo).")
 @click.pass_context
 def broker_up(ctx: click.Context, port: int | None, home: Path | None) -> None:
     """Start the broker (or report the one already running) and wait until it answers."""
@@ -218,7 +218,7 @@ def tail(ctx: click.Context, topic: str, from_beginning: bool, limit: int | None
     Without --follow it stops at the topic's current end.
     """
     from streamgrpo.topics.catalog import CATALOG
-    from streamgrpo.topics.consumer import iter_topic
+    from streamgrpo.topics.follow import iter_topic
 
     if topic not in CATALOG:
         raise click.ClickException(f"unknown topic {topic!r}; known: {', '.join(CATALOG)}")

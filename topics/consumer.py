@@ -1,90 +1,50 @@
-"""Consuming events: a group consumer for services, and a group-less reader for tools and tests.
+"""The group consumer of the services: decode, classify failures, commit explicitly.
 
 :class:`EventConsumer` (aiokafka; it joins a consumer group at once on the embedded broker, where
 librdkafka's group join took ~20 s — see BENCHMARKS.md) polls batches, decodes them and classifies
 failures:
 
 - a record that does not decode, or carries an event type its topic does not carry, goes to
-  ``dead-letters`` with source topic/partition/offset and the reason, and consumption carries on;
+  ``dead-letters`` (:func:`~streamgrpo.topics.dead_letter.dead_letter`: bounded, with the reason)
+  and consumption carries on;
 - a handler that rejects a decoded record calls :meth:`EventConsumer.dead_letter`;
 - transient Kafka errors (commit during a rebalance, request timeouts) are logged and retried;
   the records are redelivered and handlers drop duplicates by event id;
 - anything else propagates: a bug crashes loudly rather than skipping records.
 
-Offsets are committed only by :meth:`EventConsumer.commit` (never automatically), after pending
-dead letters are acknowledged: at-least-once, nothing lost.
+Offsets are committed only by :meth:`EventConsumer.commit` (never automatically), after the pending
+dead letters are acknowledged: at-least-once, nothing lost. A dead letter that cannot be delivered is
+retried with backoff and then PAUSES the consumer (:func:`~streamgrpo.topics.dead_letter.deliver`):
+no offset moves past it and the process does not exit into a restart loop. Every dead-lettered
+record is committed past once its dead letter is delivered. ``dead_lettered_ids`` (a shared
+:class:`~streamgrpo.topics.dedup.RecentIds`) lets several readers of one process dead-letter a bad
+record once.
 
-:func:`read_topic` reads a whole topic from the beginning without a group (assigns every
-partition and stops at the high watermarks): for ``streamgrpo tail``, tests and audits.
+Group-less reading (followers, ``tail``, audits) is :mod:`streamgrpo.topics.follow`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, KafkaError, KafkaTimeoutError, RebalanceInProgressError
+from aiokafka.errors import CommitFailedError, KafkaTimeoutError, RebalanceInProgressError
 
 from streamgrpo.avro.codec import Codec
-from streamgrpo.avro.errors import DecodeError
-from streamgrpo.avro.records import DeadLetter, Envelope, Event
+from streamgrpo.avro.records import DeadLetter
 from streamgrpo.config import KafkaSettings
-from streamgrpo.topics.catalog import spec
 from streamgrpo.topics.clients import aiokafka_config, logical_name, topic_name
+from streamgrpo.topics.dead_letter import RETRIABLE, Backoff, deliver
+from streamgrpo.topics.dead_letter import dead_letter as build_dead_letter
+from streamgrpo.topics.dedup import RecentIds
 from streamgrpo.topics.producer import EventProducer
+from streamgrpo.topics.received import Received, received
 
+__all__ = ["EventConsumer", "Received"]
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Received:
-    """One consumed record. ``event`` is None only in :func:`read_topic` results that failed to decode."""
-
-    event: Event | None
-    topic: str  # catalog (logical) name
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-    timestamp_ms: int
-    error: str | None = None
-
-
-def dead_letter_event(
-    service: str, consumer: str, topic: str, partition: int, offset: int,
-    key: bytes | None, value: bytes | None, reason_code: str, reason: str,
-) -> DeadLetter:
-    """The DeadLetter for one record. Its id is deterministic, so a redelivered bad record is one DLQ entry."""
-    from streamgrpo.avro.records import derived_id
-
-    return DeadLetter(
-        envelope=Envelope.new(service, event_id=derived_id("dead_letter", consumer, topic, partition, offset)),
-        source_topic=topic, source_partition=partition, source_offset=offset,
-        reason_code=reason_code, reason=reason[:2000], consumer=consumer, key=key, value=value,
-    )
-
-
-def decode_record(codec: Codec, topic: str, value: bytes | None) -> tuple[Event | None, str | None, str | None]:
-    """Decode and check the event type against the topic. Returns (event, reason_code, reason)."""
-    try:
-        event = codec.decode(value or b"")
-    except DecodeError as exc:
-        return None, "decode_error", str(exc)
-    allowed = spec(topic).event_types if topic in _catalog_names() else None
-    if allowed is not None and event.SCHEMA_NAME not in allowed:
-        return None, "wrong_event_type", f"{event.SCHEMA_NAME} does not belong on topic {topic}"
-    return event, None, None
-
-
-def _catalog_names() -> set[str]:
-    from streamgrpo.topics.catalog import CATALOG
-
-    return set(CATALOG)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -115,6 +75,9 @@ class EventConsumer:
         codec: Codec | None = None,
         dlq: EventProducer | None = None,
         commit_on_revoke: bool = True,
+        dead_lettered_ids: RecentIds | None = None,
+        alive: Callable[[], object] | None = None,
+        backoff: Backoff = Backoff(),
         **aiokafka_overrides: Any,
     ) -> None:
         self.kafka = kafka
@@ -127,8 +90,11 @@ class EventConsumer:
         # False for consumers whose commits must wait for their own milestone (the trainer commits only
         # after the adapter that used the records is announced): a revoke then drops, never commits.
         self.commit_on_revoke = commit_on_revoke
+        self.dead_lettered_ids = dead_lettered_ids if dead_lettered_ids is not None else RecentIds()
+        self.alive = alive
+        self.backoff = backoff
         self._pending: dict[TopicPartition, int] = {}
-        self._dlq_pending = False
+        self._unacked: list[DeadLetter] = []
         self.dead_lettered = 0
         kwargs = dict(
             aiokafka_config(kafka),
@@ -178,33 +144,45 @@ class EventConsumer:
             topic = logical_name(self.kafka, tp.topic)
             for m in msgs:
                 self._pending[tp] = m.offset + 1
-                event, code, reason = decode_record(self.codec, topic, m.value)
-                if event is None:
-                    self._send_dead_letter(topic, m.partition, m.offset, m.key, m.value, code or "?", reason or "")
+                rec = received(self.codec, topic, m.partition, m.offset, m.key, m.value, m.timestamp)
+                if rec.event is None:
+                    self._reject(rec, rec.error_code or "decode_error", rec.error or "")
                     continue
-                out.append(Received(event, topic, m.partition, m.offset, m.key, m.value, m.timestamp))
+                out.append(rec)
         return out
 
-    def _send_dead_letter(
-        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, code: str, reason: str
-    ) -> None:
-        assert self._dlq is not None, "consumer not started"
-        log.warning("dead-letter %s[%d]@%d: %s: %s", topic, partition, offset, code, reason)
-        self._dlq.send(dead_letter_event(self.service, self.group_id, topic, partition, offset, key, value, code, reason))
-        self._dlq_pending = True
+    def _reject(self, rec: Received, code: str, reason: str) -> None:
+        letter = build_dead_letter(service=self.service, consumer=self.group_id, topic=rec.topic,
+                                   partition=rec.partition, offset=rec.offset, key=rec.key, value=rec.value,
+                                   reason_code=code, reason=reason)
+        if self.dead_lettered_ids.seen(letter.event_id):
+            return  # another reader of this process dead-lettered the same record
+        log.warning("dead-letter %s[%d]@%d: %s: %s", rec.topic, rec.partition, rec.offset, code, letter.reason)
+        self._unacked.append(letter)
         self.dead_lettered += 1
 
     async def dead_letter(self, received: Received, reason_code: str, reason: str) -> None:
         """Reject a decoded record: it goes to dead-letters with the reason (acknowledged before the next commit)."""
-        self._send_dead_letter(
-            received.topic, received.partition, received.offset, received.key, received.value, reason_code, reason
-        )
+        self._reject(received, reason_code, reason)
+
+    async def _send_dead_letters(self) -> None:
+        """One attempt: (re)send every unacknowledged dead letter and wait for the acknowledgements."""
+        dlq, letters = self._dlq, list(self._unacked)
+        assert dlq is not None, "consumer not started"
+        for letter in letters:  # all of them again after a failure: same ids, dropped downstream
+            dlq.send(letter)
+        await asyncio.to_thread(dlq.flush)
+        del self._unacked[:len(letters)]
 
     async def commit(self) -> None:
-        """Commit everything polled so far, after pending dead letters are acknowledged."""
-        if self._dlq_pending and self._dlq is not None:
-            await asyncio.to_thread(self._dlq.flush)
-            self._dlq_pending = False
+        """Commit everything polled so far, after pending dead letters are acknowledged (retried, then
+        paused until they are: see :func:`~streamgrpo.topics.dead_letter.deliver`)."""
+        if self._unacked:
+            await deliver(self._send_dead_letters, f"{len(self._unacked)} dead letter(s) of consumer "
+                          f"{self.group_id}", backoff=self.backoff, alive=self.alive)
+        await self._commit_offsets()
+
+    async def _commit_offsets(self) -> None:
         if not self._pending:
             return
         offsets, self._pending = dict(self._pending), {}
@@ -214,104 +192,14 @@ class EventConsumer:
             log.warning("commit failed during a rebalance (%s); records will be redelivered", exc)
 
     async def _commit_quietly(self) -> None:
+        """Before partitions are revoked (rebalance, shutdown): one attempt, never a pause; on failure nothing is
+        committed and the records go to the partitions' next owner."""
         try:
-            await self.commit()
-        except KafkaError as exc:
-            log.warning("commit before revoke failed: %s", exc)
+            if self._unacked:
+                await self._send_dead_letters()
+            await self._commit_offsets()
+        except RETRIABLE as exc:
+            log.warning("commit before revoke skipped (%s); the records will be redelivered", exc)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
-
-
-def read_topic(
-    kafka: KafkaSettings,
-    topic: str,
-    *,
-    timeout_s: float = 10.0,
-    limit: int | None = None,
-    codec: Codec | None = None,
-) -> list[Received]:
-    """Every record of ``topic`` from the beginning up to its current end (group-less)."""
-    return list(iter_topic(kafka, topic, timeout_s=timeout_s, limit=limit, codec=codec))
-
-
-def iter_topic(
-    kafka: KafkaSettings,
-    topic: str,
-    *,
-    timeout_s: float = 10.0,
-    limit: int | None = None,
-    follow: bool = False,
-    from_beginning: bool = True,
-    codec: Codec | None = None,
-) -> Iterator[Received]:
-    """Yield records of ``topic`` (decoded where possible) until its end, or forever with ``follow``."""
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer
-    from confluent_kafka import TopicPartition as CTP
-
-    from streamgrpo.topics.clients import client_config
-
-    codec = codec or Codec(kafka.schema_registry_url)
-    physical = topic_name(kafka, topic)
-    consumer = Consumer(client_config(kafka, **{"group.id": "streamgrpo-reader", "enable.auto.commit": False}))
-    try:
-        md = consumer.list_topics(physical, timeout=timeout_s).topics.get(physical)
-        if md is None or md.error is not None or not md.partitions:
-            from streamgrpo.topics.errors import TopicsError
-
-            raise TopicsError(f"topic {physical} does not exist; run `streamgrpo topics ensure`")
-        parts = sorted(md.partitions)
-        ends = end_offsets(consumer, physical, parts, timeout_s)
-        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        consumer.assign([CTP(physical, p, start) for p in parts])
-        done = {p for p in parts if ends[p] == 0} if not follow else set()
-        count = 0
-        idle_deadline = time.monotonic() + timeout_s
-        while follow or len(done) < len(parts):
-            msg = consumer.poll(timeout=min(1.0, timeout_s))
-            if msg is None:
-                if not follow and time.monotonic() > idle_deadline:
-                    from streamgrpo.topics.errors import TopicsError
-
-                    raise TopicsError(f"no progress reading {physical} for {timeout_s}s (broker down?)")
-                continue
-            idle_deadline = time.monotonic() + timeout_s
-            if msg.error():
-                continue
-            event, _, reason = decode_record(codec, topic, msg.value())
-            partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
-            yield Received(event, topic, partition, offset, msg.key(), msg.value() or b"",
-                           msg.timestamp()[1], error=reason)
-            count += 1
-            if limit is not None and count >= limit:
-                return
-            if not follow and offset + 1 >= ends[partition]:
-                done.add(partition)
-    finally:
-        consumer.close()
-
-
-def end_offsets(consumer: Any, physical: str, partitions: list[int], timeout_s: float = 10.0) -> dict[int, int]:
-    """The true log-end offset of each partition (``confluent_kafka.Consumer`` given).
-
-    The high watermark is read first; then the last record batch is read from ``hwm - 1`` to its
-    end. On Apache Kafka that reads one record per partition. On the embedded Tansu 0.6 it is
-    needed: Tansu reports the high watermark as the *base offset of the last batch + 1*, so after a
-    batched produce it lags behind the real end (see BENCHMARKS.md / README, "embedded broker").
-    """
-    from confluent_kafka import TopicPartition as CTP
-
-    ends = {p: consumer.get_watermark_offsets(CTP(physical, p), timeout=timeout_s)[1] for p in partitions}
-    probe = [CTP(physical, p, ends[p] - 1) for p in partitions if ends[p] > 0]
-    if not probe:
-        return ends
-    consumer.assign(probe)
-    idle_until = time.monotonic() + 0.5
-    while time.monotonic() < idle_until:
-        msg = consumer.poll(timeout=0.1)
-        if msg is None or msg.error():
-            continue
-        ends[msg.partition()] = max(ends[msg.partition()], msg.offset() + 1)
-        idle_until = time.monotonic() + 0.3
-    consumer.unassign()
-    return ends

@@ -17,5 +17,5 @@ class ProduceError(TopicsError):
     """One or more records were not acknowledged by the broker (nothing is dropped silently)."""
 
 
-class TopicDriftError(TopicsError):
-    """An existing topic's configuration differs from the catalog."""
+class RecordTooLargeError(ProduceError):
+    """An event encodes larger than the project's record bound (:mod:`streamgrpo.topics.limits`)."""

@@ -2,7 +2,10 @@
 
 confluent-kafka with ``enable.idempotence`` (acks=all, ordered, no duplicates from retries) and a
 delivery callback on every record. A record the broker does not acknowledge is never dropped
-silently: :meth:`EventProducer.flush` raises :class:`ProduceError` listing every failure.
+silently: :meth:`EventProducer.flush` raises :class:`ProduceError` listing every failure. An event
+encoded larger than :data:`~streamgrpo.topics.limits.MAX_RECORD_BYTES` is refused before it is
+queued, with its type and size (the project's producers bound what they write; this names the one
+that did not, instead of an opaque ``MSG_SIZE_TOO_LARGE``).
 
 What is not covered: transactions (the embedded Tansu broker does not isolate aborted ones;
 exactly-once is a Faust setting for Apache Kafka, see streams/app.py).
@@ -21,9 +24,17 @@ from streamgrpo.avro.records import Event
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics.catalog import spec, topic_for
 from streamgrpo.topics.clients import client_config, topic_name
-from streamgrpo.topics.errors import ProduceError
+from streamgrpo.topics.errors import ProduceError, RecordTooLargeError
+from streamgrpo.topics.limits import MAX_RECORD_BYTES
 
 log = logging.getLogger(__name__)
+
+
+def check_size(event: Event, value: bytes) -> None:
+    """Raise :class:`RecordTooLargeError` when ``value`` (``event`` encoded) exceeds the project's record bound."""
+    if len(value) > MAX_RECORD_BYTES:
+        raise RecordTooLargeError(f"{type(event).__name__} {event.event_id} is {len(value)} bytes encoded; records "
+                                  f"are bounded to {MAX_RECORD_BYTES} bytes")
 
 
 class EventProducer:
@@ -71,10 +82,11 @@ class EventProducer:
         t = spec(topic) if topic else topic_for(event)
         physical = topic_name(self.kafka, t.name)
         value = self.codec.encode(event, physical)
+        check_size(event, value)
         self.send_raw(physical, value, key if key is not None else t.key_of(event))
 
     def send_raw(self, physical_topic: str, value: bytes, key: str | bytes | None) -> None:
-        """Queue already-encoded bytes (used for dead letters and benchmarks)."""
+        """Queue already-encoded bytes as they are (benchmarks and tests; no size bound)."""
         while True:
             try:
                 self._producer.produce(physical_topic, value=value, key=key, on_delivery=self._on_delivery)

@@ -8,7 +8,7 @@ Modules (functional core first, imperative shell last):
 - ``model``: base model (from :mod:`streamgrpo.models.base`) + LoRA / QLoRA (peft; bitsandbytes only on CUDA), ``tiny_model`` for tests.
 - ``lineage``: consumed offset ranges of each adapter.
 - ``loop``: consume -> step -> store (:mod:`streamgrpo.models.adapter_store`) -> announce AdapterPublished -> commit offsets; resume.
-- ``cli``: ``streamgrpo trainer``.  ``config``: TrainerConfig.  ``synthetic``: test samples.
+- ``cli``: ``streamgrpo trainer``.  ``config``: TrainerConfig.
 
 Importing this package imports nothing heavy; torch is imported by the modules that need it.
 """

@@ -50,8 +50,9 @@ def _config_options(func: Any) -> Any:
 @click.command("trainer", context_settings={"max_content_width": 110},
                epilog="Every option can also be set in the [trainer] table of the --config TOML file or as "
                       "STREAMGRPO_TRAINER__<OPTION> (e.g. STREAMGRPO_TRAINER__LR=1e-4). adapter_name, "
-                      "samples_per_step and max_staleness are shared with the stream processors: set them in "
-                      "[loop] / STREAMGRPO_LOOP__<FIELD>. Kafka settings come from [kafka] / STREAMGRPO_KAFKA__<FIELD>.")
+                      "samples_per_step, max_staleness, adapter_store and model_cache are shared with the other "
+                      "services: set them in [loop] / STREAMGRPO_LOOP__<FIELD> (STREAMGRPO_HOME places the "
+                      "default paths). Kafka settings come from [kafka] / STREAMGRPO_KAFKA__<FIELD>.")
 @click.option("--bootstrap", default=None, help="Kafka bootstrap servers (overrides [kafka] bootstrap).")
 @click.option("--topic-prefix", default=None, help="Topic prefix (overrides [kafka] topic_prefix).")
 @_config_options

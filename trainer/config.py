@@ -19,20 +19,17 @@ if TYPE_CHECKING:  # torch is imported lazily so `streamgrpo trainer --help` sta
     from streamgrpo.trainer.model import ModelSpec
 
 
-def _home() -> Path:
-    return Path.home() / ".streamgrpo"
-
-
 class TrainerConfig(StrictModel):
     """Settings of one training run."""
 
-    SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_staleness", "samples_per_step")
+    SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_staleness", "samples_per_step", "adapter_store",
+                                                "model_cache")
 
     adapter_name: str = shared("adapter_name")
     run_name: str = Field("default", min_length=1, description="Training run name; the consumer group is trainer.<adapter_name>.<run_name>.")
     base_model: str = Field("smollm2-135m-instruct", description="Base causal LM: the bundled alias 'smollm2-135m-instruct', a local directory or a HF hub id.")
-    model_cache_dir: Path = Field(default_factory=lambda: _home() / "models", description="Where the bundled GGUF model is converted to safetensors (once).")
-    store_root: Path = Field(default_factory=lambda: _home() / "adapters", description="Adapter store root: versions are written to <store_root>/<adapter_name>/v<version>/.")
+    model_cache: Path = shared("model_cache")
+    adapter_store: Path = shared("adapter_store")
     device: str = Field("auto", description="Torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1...")
     metrics_port: int = Field(DEFAULT_PORTS["trainer"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     load_in_4bit: bool = Field(False, description="QLoRA: load the base model in 4-bit NF4 via bitsandbytes (CUDA only).")
@@ -91,7 +88,7 @@ class TrainerConfig(StrictModel):
     def model_spec(self) -> ModelSpec:
         from streamgrpo.trainer.model import ModelSpec
 
-        return ModelSpec(base_model=self.base_model, cache_dir=self.model_cache_dir, lora_rank=self.lora_rank,
+        return ModelSpec(base_model=self.base_model, cache_dir=self.model_cache, lora_rank=self.lora_rank,
                          lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
                          target_modules=tuple(self.lora_target_modules), load_in_4bit=self.load_in_4bit,
                          device=self.device)

@@ -12,7 +12,6 @@ and transactions); a range is [first, last] consumed.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from streamgrpo.avro.records import OffsetRange
@@ -36,10 +35,6 @@ class Lineage:
     def offset_ranges(self) -> list[OffsetRange]:
         return [OffsetRange(topic=t, partition=p, start=s, end=e) for (t, p), (s, e) in sorted(self.ranges.items())]
 
-    def as_dicts(self) -> list[dict[str, object]]:
-        return [{"topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end}
-                for r in self.offset_ranges()]
-
     def next_offsets(self, previous: dict[str, int]) -> dict[str, int]:
         """``previous`` committed map advanced past every consumed offset."""
         out = dict(previous)
@@ -54,20 +49,3 @@ class Lineage:
 def already_trained(committed: dict[str, int], topic: str, partition: int, offset: int) -> bool:
     """True when the stored adapter's lineage already covers ``offset``."""
     return offset < committed.get(tp_key(topic, partition), 0)
-
-
-class RecentIds:
-    """A bounded set of recently seen event ids (drops redelivered duplicates)."""
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
-
-    def seen(self, event_id: str) -> bool:
-        """True if ``event_id`` was seen before; remembers it otherwise."""
-        if event_id in self._ids:
-            return True
-        self._ids[event_id] = None
-        if len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
-        return False

@@ -28,16 +28,20 @@ from typing import Any
 
 import torch
 
-from streamgrpo import heartbeat
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.heartbeat import Heartbeat
 from streamgrpo.models import adapter_store as store
-from streamgrpo.topics.consumer import EventConsumer, Received, read_topic
+from streamgrpo.topics.consumer import EventConsumer
+from streamgrpo.topics.dedup import RecentIds
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
+from streamgrpo.topics.received import Received
 from streamgrpo.trainer.batching import build_batch, drop_reason, micro_batches
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.errors import TrainerError
-from streamgrpo.trainer.lineage import Lineage, RecentIds, already_trained
+from streamgrpo.trainer.lineage import Lineage, already_trained
 from streamgrpo.trainer.losses import build_loss
 from streamgrpo.trainer.model import load_policy
 from streamgrpo.trainer.schedules import build_scheduler
@@ -67,10 +71,10 @@ class TrainerState:
 def resume(cfg: TrainerConfig) -> TrainerState:
     """Load the newest stored adapter + optimizer state, or start a fresh adapter."""
     torch.manual_seed(cfg.seed)
-    found = store.latest(cfg.store_root, cfg.adapter_name)
+    found = store.latest(cfg.adapter_store, cfg.adapter_name)
     if found is not None and found[1].base_model != cfg.base_model:
         raise TrainerError(f"{found[0]} was trained on base model {found[1].base_model!r}, not {cfg.base_model!r}; "
-                           "use another adapter_name or store_root")
+                           "use another adapter_name or adapter_store")
     model = load_policy(cfg.model_spec(), adapter_dir=found[0] if found else None)
     optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = build_scheduler(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps,
@@ -91,18 +95,17 @@ def resume(cfg: TrainerConfig) -> TrainerState:
 def adapter_event(manifest: store.Manifest, uri: str, sha256: str) -> R.AdapterPublished:
     """The announcement of a stored version; its id is deterministic (re-announcing is idempotent)."""
     return R.AdapterPublished(
-        envelope=R.Envelope.new(SERVICE, event_id=R.derived_id("adapter_published", manifest.adapter_name,
-                                                               manifest.version)),
+        envelope=R.Envelope.new(SERVICE, event_id=ids.adapter_published_id(manifest.adapter_name, manifest.version)),
         adapter_name=manifest.adapter_name, version=manifest.version, uri=uri, sha256=sha256,
         base_model=manifest.base_model, trainer_step=manifest.trainer_step,
-        lineage=[R.OffsetRange(**r) for r in manifest.lineage],  # type: ignore[arg-type]
+        lineage=list(manifest.lineage),
         parent_version=manifest.parent_version, metrics=dict(manifest.metrics),
     )
 
 
 def announce_if_missing(producer: EventProducer, kafka: KafkaSettings, cfg: TrainerConfig) -> None:
     """Announce the newest stored version if adapter-events does not have it (crash before announce)."""
-    found = store.latest(cfg.store_root, cfg.adapter_name)
+    found = store.latest(cfg.adapter_store, cfg.adapter_name)
     if found is None:
         return
     path, manifest = found
@@ -134,14 +137,16 @@ def accept(received: Received, state: TrainerState, cfg: TrainerConfig) -> tuple
     return (sample, None) if reason is None else (None, reason)
 
 
-async def collect(consumer: EventConsumer, state: TrainerState, cfg: TrainerConfig) -> list[R.TrainingSample] | None:
+async def collect(consumer: EventConsumer, state: TrainerState, cfg: TrainerConfig,
+                  heartbeat: Heartbeat | None = None) -> list[R.TrainingSample] | None:
     """Read until one optimizer step's worth of samples is admitted; ``None`` after ``idle_exit_s`` idle
     (time waiting for a partition assignment, e.g. while a killed predecessor's session expires, is not idle)."""
+    alive = heartbeat or Heartbeat(None)
     samples: list[R.TrainingSample] = []
     idle_since = time.monotonic()
     while len(samples) < cfg.samples_per_step:
         batch = await consumer.poll(max_records=cfg.samples_per_step - len(samples), timeout_ms=cfg.poll_timeout_ms)
-        heartbeat.beat()
+        alive.beat()
         if batch or not consumer.assignment():  # idle = assigned partitions with nothing new
             idle_since = time.monotonic()
         elif cfg.idle_exit_s is not None and time.monotonic() - idle_since > cfg.idle_exit_s:
@@ -174,11 +179,11 @@ def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) ->
     metrics = {**state.last_metrics, **{f"dropped_{k}": float(v) for k, v in state.dropped.items()}}
     manifest = store.Manifest(
         adapter_name=cfg.adapter_name, version=state.version + 1, parent_version=state.version or None,
-        base_model=cfg.base_model, trainer_step=state.step, lineage=state.lineage.as_dicts(), metrics=metrics,
+        base_model=cfg.base_model, trainer_step=state.step, lineage=state.lineage.offset_ranges(), metrics=metrics,
         committed=state.lineage.next_offsets(state.committed),
     )
     trainer_state = {"optimizer": state.optimizer.state_dict(), "scheduler": state.scheduler.state_dict()}
-    path, sha = store.write_version(cfg.store_root, manifest, state.model, trainer_state)
+    path, sha = store.write_version(cfg.adapter_store, manifest, state.model, trainer_state)
     event = adapter_event(manifest, path.as_uri(), sha)
     producer.send(event)
     producer.flush()
@@ -197,11 +202,12 @@ def log_step(state: TrainerState, metrics: dict[str, float], seconds: float) -> 
 
 
 async def train(consumer: EventConsumer, producer: EventProducer, state: TrainerState, cfg: TrainerConfig,
-                stop: asyncio.Event | None = None) -> list[R.AdapterPublished]:
+                stop: asyncio.Event | None = None, heartbeat: Heartbeat | None = None) -> list[R.AdapterPublished]:
     """The loop of the module docstring until ``max_steps``, ``idle_exit_s`` or ``stop``."""
+    alive = heartbeat or Heartbeat(None)
     published: list[R.AdapterPublished] = []
     while not (stop is not None and stop.is_set()) and (cfg.max_steps is None or state.step < cfg.max_steps):
-        samples = await collect(consumer, state, cfg)
+        samples = await collect(consumer, state, cfg, alive)
         if samples is None:
             log.info("no samples for %.0f s; stopping (dropped since the last adapter: %s)", cfg.idle_exit_s,
                      dict(state.dropped))
@@ -209,7 +215,7 @@ async def train(consumer: EventConsumer, producer: EventProducer, state: Trainer
         started = time.monotonic()
         state.last_metrics = await asyncio.to_thread(train_step, state, samples, cfg)
         log_step(state, state.last_metrics, time.monotonic() - started)
-        heartbeat.beat()
+        alive.beat()
         if state.step % cfg.publish_every == 0:
             published.append(await asyncio.to_thread(publish, producer, state, cfg))
             await consumer.commit()
@@ -221,10 +227,11 @@ async def run_trainer(cfg: TrainerConfig, kafka: KafkaSettings, stop: asyncio.Ev
     """Resume, then train on ``training-samples``; returns the events published by this run."""
     state = await asyncio.to_thread(resume, cfg)
     producer = EventProducer(kafka, SERVICE)
+    heartbeat = Heartbeat.configured()
     try:
         await asyncio.to_thread(announce_if_missing, producer, kafka, cfg)
         async with EventConsumer(kafka, cfg.group_id, [SAMPLES_TOPIC], SERVICE, dlq=producer,
-                                 commit_on_revoke=False) as consumer:
-            return await train(consumer, producer, state, cfg, stop)
+                                 commit_on_revoke=False, alive=heartbeat.beat) as consumer:
+            return await train(consumer, producer, state, cfg, stop, heartbeat)
     finally:
         producer.close()

@@ -35,6 +35,7 @@ IMAGE = "ghcr.io/streamgrpo/streamgrpo"
 SECTION_MODELS = {
     "kafka": "streamgrpo.config:KafkaSettings",
     "broker": "streamgrpo.config:BrokerSettings",
+    "loop": "streamgrpo.config:LoopSettings",
     "rollout": "streamgrpo.rollout.config:RolloutConfig",
     "judge": "streamgrpo.judge.config:JudgeSettings",
     "streams": "streamgrpo.streams.config:StreamsSettings",
@@ -164,18 +165,19 @@ def _check_wiring(objs: list[Obj], toml: dict[str, Any], pairs: list[tuple[Obj, 
     rollout, trainer = by_section.get("rollout"), by_section.get("trainer")
     if rollout:
         w, c = rollout
-        r = effective(toml, "rollout", _env(c))
+        r = {**effective(toml, "rollout", _env(c)), "adapter_store": effective(toml, "loop", _env(c)).get("adapter_store")}
         if r.get("policy") == "vllm":
             t_cfg = loaded.get((id(trainer[1]), "trainer")) if trainer else None
             out += _check_vllm(objs, w, c, r, getattr(t_cfg, "lora_rank", None))
         if trainer:
             t = effective(toml, "trainer", _env(trainer[1]))
+            t_store = effective(toml, "loop", _env(trainer[1])).get("adapter_store")
             if r.get("model") != t.get("base_model"):
                 out.append(Finding(ref(w), f"rollout model {r.get('model')!r} != trainer base_model {t.get('base_model')!r}"))
-            if r.get("adapter_store") != t.get("store_root"):
-                out.append(Finding(ref(w), f"rollout adapter_store {r.get('adapter_store')!r} != trainer store_root "
-                                           f"{t.get('store_root')!r}"))
-            claims = {_mount_claim(w, c, str(r.get("adapter_store"))), _mount_claim(*trainer, str(t.get("store_root")))}
+            if r.get("adapter_store") != t_store:  # one [loop] setting, unless a container's env overrides it
+                out.append(Finding(ref(w), f"rollout [loop] adapter_store {r.get('adapter_store')!r} != the trainer's "
+                                           f"{t_store!r}"))
+            claims = {_mount_claim(w, c, str(r.get("adapter_store"))), _mount_claim(*trainer, str(t_store))}
             if None in claims or len(claims) != 1:
                 out.append(Finding(ref(w), f"rollout and trainer do not mount one adapter-store PVC at the store path: {claims}"))
     return out

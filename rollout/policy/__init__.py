@@ -7,7 +7,6 @@
 - :mod:`.vllm`: a vLLM server over HTTP (:class:`~.vllm.VLLMPolicy`).
 - :mod:`.openai_text`: any OpenAI-compatible chat endpoint as a :class:`~.base.TextModel`.
 - :mod:`.residency`: which versions stay resident (keep-last-K, pins, protected primary).
-- :mod:`.tiny`: a tiny in-process model + tokenizer for tests and offline demos.
 
 Importing this package imports nothing heavy; torch/transformers/httpx load with the backend module.
 """

@@ -5,7 +5,7 @@ before the first planner turn. Decision: the analysis is NOT trained and NOT a P
 is produced by the fixed role model (the base planner model with the adapter disabled) or by a
 rule, and it becomes part of the planner's state prompt ("Skills: ...; Useful tools: ..."), so its
 effect is recorded in every PlannerAction's prompt token ids. Training only the "next step"
-decisions keeps the credit assignment on the choice the brief asks GRPO to learn (tool vs answer).
+decisions keeps the credit assignment on the choice GRPO trains here (which tool, or answer now).
 
 Modes (registry :data:`ANALYSERS`):
 

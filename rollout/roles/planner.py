@@ -13,8 +13,7 @@ What is not covered: generation (the policy backend) and what happens after the 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from streamgrpo.rollout.roles.types import NextStep, QueryAnalysis, TurnRecord, prompt_hash
 from streamgrpo.rollout.structured import Parsed, parse_into
@@ -87,12 +86,3 @@ def build_messages(
 def parse(text: str) -> Parsed[NextStep]:
     """Parse the planner's output (strict, repaired, or FAILED; never raises)."""
     return parse_into(text, NextStep)
-
-
-def tool_lines_for(tools: Mapping[str, Any], describe: Any) -> list[str]:
-    """One prompt line per tool, from ``describe(tool) -> (description, example)``."""
-    lines = []
-    for name, tool in tools.items():
-        description, example = describe(tool)
-        lines.append(tool_line(name, description, example))
-    return lines

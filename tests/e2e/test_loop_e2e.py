@@ -16,7 +16,7 @@ import pytest
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.model, pytest.mark.timeout(1500)]
 
@@ -25,10 +25,10 @@ def test_run_publishes_adapters_and_the_worker_switches(kafka_ns: KafkaSettings,
     cfg = tmp_path / "streamgrpo.toml"
     cfg.write_text(
         f'[kafka]\ntopic_prefix = "{kafka_ns.topic_prefix}"\nsession_timeout_ms = 3000\n\n'
-        "[loop]\nmax_turns = 2\nsamples_per_step = 4\n\n"
+        f"[loop]\nmax_turns = 2\nsamples_per_step = 4\nmodel_cache = \"{model_cache}\"\n\n"
         "[streams]\nmax_new_tokens = 40\ngroup_timeout_s = 300.0\n\n"
-        f"[trainer]\npublish_every = 1\nmodel_cache_dir = \"{model_cache}\"\n\n"
-        f'[rollout]\nconcurrency = 1\nmodel_cache_dir = "{model_cache}"\n'
+        "[trainer]\npublish_every = 1\n\n"
+        f'[rollout]\nconcurrency = 1\n'
     )
     home = tmp_path / "home"
     env = dict(os.environ, STREAMGRPO_CONFIG=str(cfg))

@@ -12,7 +12,7 @@ import pytest
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 SEED = "Calculate 12 squared, and then find a major historical event in that year"

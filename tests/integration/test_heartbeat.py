@@ -15,12 +15,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support.streams import WorkerProcess
 
 from streamgrpo import heartbeat
 from streamgrpo.config import KafkaSettings
 from streamgrpo.judge.config import JudgeSettings
 from streamgrpo.judge.service import JudgeService
-from streamgrpo.streams.devtools import WorkerProcess
 
 pytestmark = pytest.mark.broker
 

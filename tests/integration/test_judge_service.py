@@ -13,12 +13,13 @@ import threading
 
 import pytest
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.judge.config import JudgeSettings
 from streamgrpo.judge.scorers import build_scorer
 from streamgrpo.judge.service import JudgeService
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker
@@ -85,7 +86,7 @@ def test_judge_service_end_to_end(kafka_ns: KafkaSettings) -> None:
     by_rid = {r.envelope.rollout_id: r for r in rewards}
     assert len(rewards) == len(by_rid) == 9, [r.envelope.rollout_id for r in rewards]
     for rid, rw in by_rid.items():
-        assert rw.envelope.event_id == R.derived_id("reward", rid)
+        assert rw.envelope.event_id == ids.derived_id("reward", rid)
         assert rw.group_size == 2 and rw.adapter_name == "planner" and rw.adapter_version == 1
         assert rw.tool_calls == {"search": 1} and rw.turns == 2
     src = {r.envelope.rollout_id: r for r in rollouts}

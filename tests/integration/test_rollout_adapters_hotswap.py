@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
@@ -16,7 +17,6 @@ from streamgrpo.models.adapter_store import Manifest, write_version
 from streamgrpo.rollout.adapters import AdapterFollower, follow
 from streamgrpo.rollout.errors import AdapterNotResidentError
 from streamgrpo.rollout.policy.local import LocalPolicy
-from streamgrpo.rollout.policy.tiny import build_tiny_model, build_tiny_tokenizer
 from streamgrpo.topics.producer import EventProducer
 
 NAME = "planner"
@@ -53,7 +53,9 @@ def wait_until(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-u
 @pytest.mark.broker
 def test_follower_hot_swaps_verified_adapters_and_refuses_bad_ones(kafka_ns: KafkaSettings, tmp_path: Path) -> None:
     policy = LocalPolicy.from_model(build_tiny_model(), build_tiny_tokenizer(), keep_last=2)
-    follower = AdapterFollower(policy, adapter_name=NAME)
+    # with a canary (A/B on): a published version is a canary until promoted, so the primary only moves with
+    # the AdapterPromoted below (without a canary every published version would be primary at once)
+    follower = AdapterFollower(policy, adapter_name=NAME, canary_share=0.5)
     stop = threading.Event()
     follower_thread = threading.Thread(target=lambda: asyncio.run(follow(follower, kafka_ns, stop)), daemon=True)
     follower_thread.start()

@@ -13,30 +13,32 @@ from collections import defaultdict
 
 import pytest
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.runtime import build_context
 from streamgrpo.rollout.worker import RolloutWorker
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 N = 4
 QUESTIONS = {"g-math": "What is 17 times 3?", "g-fact": "In which year did the Apollo 11 mission land on the Moon?"}
 
 
-def make_requests(group_id: str, question: str, n: int, version: int = 0) -> list[R.RolloutRequest]:
+def make_requests(group_id: str, question: str, n: int, version: int = 0, max_turns: int = 2) -> list[R.RolloutRequest]:
     sampling = R.SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=48, seed=None)
     return [R.RolloutRequest(
         envelope=R.Envelope.new("test-fanout", task_id=f"task-{group_id}", group_id=group_id,
                                 rollout_id=f"{group_id}-r{i}"),
         question=question, source="builtin", rollout_index=i, group_size=n, adapter_name="planner",
-        adapter_version=version, max_turns=2, sampling=sampling) for i in range(n)]
+        adapter_version=version, max_turns=max_turns, sampling=sampling) for i in range(n)]
 
 
 def tiny_policy():
+    from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
+
     from streamgrpo.rollout.policy.local import LocalPolicy
-    from streamgrpo.rollout.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
     return LocalPolicy.from_model(build_tiny_model(), build_tiny_tokenizer())
 
@@ -86,7 +88,7 @@ def test_worker_emits_complete_event_sets_for_two_groups(kafka_ns: KafkaSettings
             assert len(a.action_token_ids) == len(a.behaviour_logprobs) > 0
             assert a.prompt_token_ids and a.adapter_name == "planner" and a.adapter_version == 0
             assert a.sampling == req.sampling
-            assert a.envelope.event_id == R.derived_id("planner_action", rid, a.envelope.turn)
+            assert a.envelope.event_id == ids.derived_id("planner_action", rid, a.envelope.turn)
         tool_turns = [a.envelope.turn for a in actions if a.tool and not a.is_final]
         assert sorted(o.envelope.turn for o in got["tool-observations"]) == tool_turns
         assert all(o.executor_mode == "passthrough" for o in got["tool-observations"])
@@ -104,9 +106,9 @@ def test_worker_emits_complete_event_sets_for_two_groups(kafka_ns: KafkaSettings
 
 @pytest.mark.broker
 def test_fallback_when_allowed_records_the_version_that_actually_served(kafka_ns: KafkaSettings) -> None:
-    cfg = RolloutConfig(max_turns=1, adapter_wait_s=0.2, linger_ms=200, follow_adapters=False,
+    cfg = RolloutConfig(adapter_wait_s=0.2, linger_ms=200, follow_adapters=False,
                         serve_resident_fallback=True, tools={"enabled": ["calculator"]})
-    requests = make_requests("g-fallback", "What is 6 times 7?", 2, version=9)
+    requests = make_requests("g-fallback", "What is 6 times 7?", 2, version=9, max_turns=1)  # honoured as asked
     with EventProducer(kafka_ns, "test-fanout") as prod:
         for r in requests:
             prod.send(r)
@@ -127,9 +129,9 @@ def test_resident_adapter_serves_the_group_and_is_pinned_while_it_runs(kafka_ns:
     monkeypatch.setenv("STREAMGRPO_HEARTBEAT_FILE", str(tmp_path / "rollout.hb"))
     import torch
     from peft import LoraConfig, get_peft_model
+    from support.tiny_policy import build_tiny_model
 
     from streamgrpo.models.adapter_store import Manifest, write_version
-    from streamgrpo.rollout.policy.tiny import build_tiny_model
 
     torch.manual_seed(3)
     lora = get_peft_model(build_tiny_model(), LoraConfig(r=4, lora_alpha=32, target_modules=["q_proj", "v_proj"],
@@ -138,9 +140,9 @@ def test_resident_adapter_serves_the_group_and_is_pinned_while_it_runs(kafka_ns:
                                                base_model="in-process", trainer_step=3), lora)
     policy = tiny_policy()
     policy.load_adapter("planner", 3, path)
-    cfg = RolloutConfig(max_turns=1, adapter_wait_s=0.2, linger_ms=200, follow_adapters=False,
+    cfg = RolloutConfig(adapter_wait_s=0.2, linger_ms=200, follow_adapters=False,
                         tools={"enabled": ["calculator"]})
-    requests = make_requests("g-v3", "What is 6 times 7?", 3, version=3)
+    requests = make_requests("g-v3", "What is 6 times 7?", 3, version=3, max_turns=1)
     with EventProducer(kafka_ns, "test-fanout") as prod:
         for r in requests:
             prod.send(r)

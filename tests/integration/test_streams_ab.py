@@ -6,12 +6,12 @@ import time
 from pathlib import Path
 
 import pytest
+from support.streams import WorkerProcess
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
-from streamgrpo.streams import ids
-from streamgrpo.streams.devtools import WorkerProcess
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker

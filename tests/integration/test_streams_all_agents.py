@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
+from support.streams import WorkerProcess, synthetic_group
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.streams.archive import query
-from streamgrpo.streams.devtools import WorkerProcess, synthetic_group
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.streams import WorkerProcess, synthetic_group
 
 from streamgrpo.config import KafkaSettings
 from streamgrpo.streams.cli import analyse
-from streamgrpo.streams.devtools import WorkerProcess, synthetic_group
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.streams import WorkerProcess, synthetic_group
 
 from streamgrpo.config import KafkaSettings
-from streamgrpo.streams.devtools import WorkerProcess, synthetic_group
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker

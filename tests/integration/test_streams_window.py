@@ -11,13 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+from support.streams import WorkerProcess, synthetic_group
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.streams.advantages import build_estimator
-from streamgrpo.streams.devtools import WorkerProcess, synthetic_group
-from streamgrpo.topics.consumer import Received, read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
+from streamgrpo.topics.received import Received
 
 pytestmark = pytest.mark.broker
 
@@ -91,5 +93,6 @@ def test_window_emits_formula_advantages(kafka_ns: KafkaSettings, tmp_path: Path
 
     # undecodable record -> dead letter with its source coordinates
     d = dead[0].event
-    assert d.source_topic == f"{kafka_ns.topic_prefix}rewards" and d.reason_code == "decode_error"
+    assert d.source_topic == "rewards" and d.reason_code == "decode_error"  # catalog name, as every consumer writes it
+    assert d.event_id == ids.dead_letter_id("rewards", d.source_partition, d.source_offset)
     assert d.value == b"not avro" and d.source_offset >= 0

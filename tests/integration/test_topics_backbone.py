@@ -12,8 +12,9 @@ from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics import admin
 from streamgrpo.topics.catalog import TOPICS
-from streamgrpo.topics.consumer import EventConsumer, read_topic
+from streamgrpo.topics.consumer import EventConsumer
 from streamgrpo.topics.errors import ProduceError
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamgrpo.config import KafkaSettings
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 
 pytestmark = pytest.mark.broker
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.broker
 def cli(kafka: KafkaSettings, *args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, STREAMGRPO_BOOTSTRAP=kafka.bootstrap or "", STREAMGRPO_KAFKA__TOPIC_PREFIX=kafka.topic_prefix)
     if home is not None:
-        env["STREAMGRPO_BROKER__HOME"] = str(home)
+        env["STREAMGRPO_HOME"] = str(home)
     return subprocess.run([sys.executable, "-m", "streamgrpo.cli", *args], env=env, capture_output=True, text=True,
                           timeout=180)
 
@@ -94,7 +94,7 @@ def test_broker_up_status_down(tmp_path: Path) -> None:
 
 def test_commands_without_a_broker_say_what_to_do(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGRPO")}
-    env["STREAMGRPO_BROKER__HOME"] = str(tmp_path)
+    env["STREAMGRPO_HOME"] = str(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "streamgrpo.cli", "topics", "list"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2

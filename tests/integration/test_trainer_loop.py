@@ -6,15 +6,15 @@ import asyncio
 from collections import defaultdict
 
 import pytest
+from support.samples import make_samples
 
 from streamgrpo.avro import records as R
 from streamgrpo.models import adapter_store as store
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import run_trainer
 from streamgrpo.trainer.model import tiny_model
-from streamgrpo.trainer.synthetic import make_samples
 
 pytestmark = pytest.mark.broker
 
@@ -30,7 +30,7 @@ def tiny_base(tmp_path_factory):
 
 def trainer_config(tiny_base, store_root, **kw):
     kw.setdefault("max_staleness", 4)  # these samples are all of version 0; staleness has its own test
-    return TrainerConfig(base_model=str(tiny_base[0]), store_root=store_root, device="cpu", lora_rank=4,
+    return TrainerConfig(base_model=str(tiny_base[0]), adapter_store=store_root, device="cpu", lora_rank=4,
                          lora_alpha=8, samples_per_step=2, publish_every=1, micro_batch_tokens=128,
                          idle_exit_s=3.0, poll_timeout_ms=200, lr=1e-3, **kw)
 

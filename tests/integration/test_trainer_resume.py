@@ -11,15 +11,16 @@ import time
 from collections import Counter
 
 import pytest
+from support.samples import make_samples
 
 from streamgrpo.avro import records as R
 from streamgrpo.models import adapter_store as store
-from streamgrpo.topics.consumer import EventConsumer, read_topic
+from streamgrpo.topics.consumer import EventConsumer
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import SAMPLES_TOPIC, SERVICE, collect, publish, resume, run_trainer, train_step
 from streamgrpo.trainer.model import tiny_model
-from streamgrpo.trainer.synthetic import make_samples
 
 pytestmark = pytest.mark.broker
 
@@ -62,9 +63,9 @@ def assert_trained_exactly_once(kafka, store_root):
     return versions
 
 
-def cli_args(kafka, base, store_root, run_name):
+def cli_args(kafka, base, run_name):
     return [sys.executable, "-m", "streamgrpo.trainer.cli", "--bootstrap", kafka.bootstrap, "--topic-prefix",
-            kafka.topic_prefix, "--base-model", str(base), "--store-root", str(store_root), "--device", "cpu",
+            kafka.topic_prefix, "--base-model", str(base), "--device", "cpu",
             "--run-name", run_name, "--lora-rank", "4", "--lora-alpha", "8",
             "--publish-every", "1", "--poll-timeout-ms", "200", "--idle-exit-s", "4", "--lr", "1e-3"]
 
@@ -78,8 +79,8 @@ def test_sigkilled_trainer_resumes_without_gap_or_overlap(kafka_ns, tiny_base, t
     base, model, tok = tiny_base
     n = 40
     publish_samples(kafka_ns, make_samples(tok, n, seed=7, model=model))
-    args = cli_args(kafka_ns, base, tmp_path, "kill")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **LOOP_ENV}
+    args = cli_args(kafka_ns, base, "kill")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **LOOP_ENV, "STREAMGRPO_LOOP__ADAPTER_STORE": str(tmp_path)}
 
     first = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
@@ -104,7 +105,7 @@ def test_crash_between_store_and_commit_is_not_trained_twice(kafka_ns, tiny_base
     """Deterministic version of the worst crash window: v1 stored and announced, offsets NOT committed."""
     base, model, tok = tiny_base
     publish_samples(kafka_ns, make_samples(tok, 6, seed=8, model=model))
-    cfg = TrainerConfig(base_model=str(base), store_root=tmp_path, device="cpu", lora_rank=4, lora_alpha=8,
+    cfg = TrainerConfig(base_model=str(base), adapter_store=tmp_path, device="cpu", lora_rank=4, lora_alpha=8,
                         samples_per_step=2, max_staleness=4, run_name="window", idle_exit_s=4.0,
                         poll_timeout_ms=200)
 
@@ -125,7 +126,7 @@ def test_crash_between_store_and_commit_is_not_trained_twice(kafka_ns, tiny_base
 def test_crash_between_store_and_announce_announces_on_restart(kafka_ns, tiny_base, tmp_path):
     base, model, tok = tiny_base
     publish_samples(kafka_ns, make_samples(tok, 4, seed=9, model=model))
-    cfg = TrainerConfig(base_model=str(base), store_root=tmp_path, device="cpu", lora_rank=4, lora_alpha=8,
+    cfg = TrainerConfig(base_model=str(base), adapter_store=tmp_path, device="cpu", lora_rank=4, lora_alpha=8,
                         samples_per_step=2, max_staleness=4, run_name="announce", idle_exit_s=4.0,
                         poll_timeout_ms=200)
 

@@ -202,6 +202,12 @@ def _container(objs: list[dict], name: str) -> dict:
      "metrics_port 9500"),
     (lambda o: o.append({**copy.deepcopy(_find(o, "ScaledObject", "judge")),
                          "metadata": {"name": "judge-2", "namespace": "streamgrpo"}}), "more than one autoscaler"),
+    (lambda o: _container(o, "rollout")["env"].append({"name": "STREAMGRPO_LOOP__ADAPTER_STORE", "value": "/elsewhere"}),
+     "rollout [loop] adapter_store '/elsewhere' != the trainer's"),
+    (lambda o: _find(o, "ConfigMap", "streamgrpo-config")["data"].update(
+        {"streamgrpo.toml": o_toml(o) + '\n[trainr]\nlr = 1\n'}), "unknown section(s) [trainr]"),
+    (lambda o: _container(o, "judge")["env"].append({"name": "STREAMGRPO_JUDGE_LLM_API_KEY", "value": "k"}),
+     "unknown environment variable(s) STREAMGRPO_JUDGE_LLM_API_KEY"),
 ])
 def test_k8s_validator_rejects(dev_objs: list[dict], baseline: str, mutate, expected: str) -> None:
     assert expected not in baseline  # the finding comes from the mutation, not from the manifests

@@ -8,8 +8,8 @@ import pytest
 from fastavro import schemaless_writer
 from fixtures.sample_events import sample_events
 
+from streamgrpo.avro import ids, registry
 from streamgrpo.avro import records as R
-from streamgrpo.avro import registry
 from streamgrpo.avro.codec import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, Codec
 from streamgrpo.avro.errors import DecodeError, EncodeError
 
@@ -100,5 +100,5 @@ def test_encoding_an_event_that_breaks_its_schema_is_an_encode_error() -> None:
 
 
 def test_derived_ids_are_deterministic_and_distinct() -> None:
-    assert R.derived_id("reward", "r1") == R.derived_id("reward", "r1")
-    assert R.derived_id("reward", "r1") != R.derived_id("sample", "r1")
+    assert ids.derived_id("reward", "r1") == ids.derived_id("reward", "r1")
+    assert ids.derived_id("reward", "r1") != ids.derived_id("sample", "r1")

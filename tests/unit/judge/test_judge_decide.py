@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.avro.codec import Codec
 from streamgrpo.judge.cache import ScoreCache, cache_key
@@ -36,7 +37,7 @@ def test_ok_reward_ids_provenance_and_avro_round_trip() -> None:
     scorer = build_scorer("math")
     reward = decide_reward(task(), rollout(), scorer)
     assert isinstance(reward, R.Reward)
-    assert reward.envelope.event_id == R.derived_id("reward", "r1")
+    assert reward.envelope.event_id == ids.derived_id("reward", "r1")
     assert (reward.envelope.task_id, reward.envelope.group_id, reward.envelope.rollout_id) == ("t1", "g1", "r1")
     assert reward.status == R.RewardStatus.OK and reward.score == 1.0
     assert reward.judge == R.JudgeInfo(name="math", rubric_hash=scorer.rubric_hash, model=None)
@@ -56,7 +57,7 @@ def test_rollout_error_gives_error_reward_without_dead_letter() -> None:
     reward = decide_reward(task(), rollout(status=R.RolloutStatus.ERROR), build_scorer("math"))
     assert isinstance(reward, R.Reward)
     assert reward.status == R.RewardStatus.ERROR and "boom" in (reward.error or "")
-    assert reward.envelope.event_id == R.derived_id("reward", "r1")
+    assert reward.envelope.event_id == ids.derived_id("reward", "r1")
 
 
 def test_unknown_task_is_rejected_with_error_reward() -> None:
@@ -78,7 +79,7 @@ def test_cache_hit_marks_reward_cached_and_keeps_score() -> None:
     assert isinstance(first, R.Reward) and isinstance(second, R.Reward)
     assert (first.cached, second.cached) == (False, True)
     assert second.score == first.score and second.judge == first.judge
-    assert second.envelope.event_id == R.derived_id("reward", "r2")
+    assert second.envelope.event_id == ids.derived_id("reward", "r2")
     assert (cache.hits, cache.misses) == (1, 1)
 
 

@@ -1,4 +1,5 @@
-"""The service's pure steps (no broker): admission, dedup, waiting for tasks, group buffering; and the CLI."""
+"""The judge's intake (pure: admission, dedup, waiting for tasks, group buffering), the service shell's
+construction, and the CLI."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from streamgrpo.avro import records as R
 from streamgrpo.cli import cli
 from streamgrpo.config import KafkaSettings
 from streamgrpo.judge.config import JudgeSettings
-from streamgrpo.judge.service import JudgeService
-from streamgrpo.topics.consumer import Received
+from streamgrpo.judge.intake import Intake, TaskTable
+from streamgrpo.judge.service import JudgeService, Router
+from streamgrpo.topics.received import Received
 
 
 def _rec(event: R.Event, offset: int = 0) -> Received:
@@ -31,46 +33,72 @@ def _task(tid: str = "t1", source: str = "nq") -> R.Task:
                   ground_truths=["Paris"])
 
 
-def _service(**kw: object) -> JudgeService:
-    return JudgeService(KafkaSettings(bootstrap="127.0.0.1:1"), JudgeSettings(**kw))  # type: ignore[arg-type]
+class Judge:
+    """The intake with the service's task table and router, as the shell wires them."""
+
+    def __init__(self, **kw: object) -> None:
+        settings = JudgeSettings(**kw)  # type: ignore[arg-type]
+        self.intake = Intake(settings.task_wait_s, settings.group_wait_s)
+        self.tasks = TaskTable(10)
+        self.router = Router(settings)
+
+    def ready(self, now: float) -> list:
+        return self.intake.ready(now, self.tasks.get, self.router.scorer_for)
 
 
 def test_rollout_waits_for_its_task_then_is_ready() -> None:
-    svc = _service(task_wait_s=5.0)
-    svc.admit([_rec(_rollout("r1"))], now=100.0)
-    assert svc.ready(now=101.0) == [] and svc.pending == 1
-    svc.tasks.add(_task())
-    ready = svc.ready(now=102.0)
-    assert len(ready) == 1 and ready[0][1] is not None and ready[0][2].name == "qa" and svc.pending == 0
+    j = Judge(task_wait_s=5.0)
+    j.intake.admit([_rec(_rollout("r1"))], now=100.0)
+    assert j.ready(now=101.0) == [] and j.intake.pending == 1
+    j.tasks.apply(_task())
+    ready = j.ready(now=102.0)
+    assert len(ready) == 1 and ready[0].task is not None and ready[0].scorer.name == "qa" and j.intake.pending == 0
 
 
 def test_unknown_task_is_released_after_the_wait() -> None:
-    svc = _service(task_wait_s=5.0)
-    svc.admit([_rec(_rollout("r1", tid="nope"))], now=100.0)
-    assert svc.ready(now=104.9) == []
-    (rec, task, scorer), = svc.ready(now=105.0)
-    assert task is None and scorer.name == "qa"  # routed by the rollout's source
+    j = Judge(task_wait_s=5.0)
+    j.intake.admit([_rec(_rollout("r1", tid="nope"))], now=100.0)
+    assert j.ready(now=104.9) == []
+    (ready,) = j.ready(now=105.0)
+    assert ready.task is None and ready.scorer.name == "qa"  # routed by the rollout's source
 
 
 def test_duplicate_rollouts_are_admitted_once() -> None:
-    svc = _service()
+    j = Judge()
     r = _rollout("r1")
-    svc.admit([_rec(r, 0), _rec(r, 1)], now=0.0)
-    svc.admit([_rec(r, 2)], now=1.0)
-    assert svc.stats.rollouts == 1 and svc.stats.duplicates == 2 and svc.pending == 1
+    assert j.intake.admit([_rec(r, 0), _rec(r, 1)], now=0.0) == (1, 1)
+    assert j.intake.admit([_rec(r, 2), _rec(_task(), 3)], now=1.0) == (0, 1)  # not a rollout: ignored
+    assert j.intake.pending == 1
 
 
 def test_groupwise_judge_buffers_until_full_or_deadline() -> None:
-    svc = _service(routes={"nq": "group_relative"}, group_wait_s=10.0)
-    svc.tasks.add(_task())
-    svc.admit([_rec(_rollout("a", gid="g1")), _rec(_rollout("x", gid="g2", n=3))], now=0.0)
-    assert svc.ready(now=0.0) == [] and svc.full_groups(now=1.0) == []
-    svc.admit([_rec(_rollout("b", gid="g1"))], now=2.0)
-    svc.ready(now=2.0)
-    full = svc.full_groups(now=2.0)
-    assert [sorted(b.items) for b in full] == [["a", "b"]] and svc.pending == 1
-    late = svc.full_groups(now=10.0)  # g2's deadline: scored with what arrived
-    assert [sorted(b.items) for b in late] == [["x"]] and svc.pending == 0
+    j = Judge(routes={"nq": "group_relative"}, group_wait_s=10.0)
+    j.tasks.add(_task())
+    j.intake.admit([_rec(_rollout("a", gid="g1")), _rec(_rollout("x", gid="g2", n=3))], now=0.0)
+    assert j.ready(now=0.0) == [] and j.intake.full_groups(now=1.0) == []
+    j.intake.admit([_rec(_rollout("b", gid="g1"))], now=2.0)
+    j.ready(now=2.0)
+    full = j.intake.full_groups(now=2.0)
+    assert [sorted(b.items) for b in full] == [["a", "b"]] and j.intake.pending == 1
+    late = j.intake.full_groups(now=10.0)  # g2's deadline: scored with what arrived
+    assert [sorted(b.items) for b in late] == [["x"]] and j.intake.pending == 0
+
+
+def test_the_task_table_is_a_bounded_fold() -> None:
+    table = TaskTable(2)
+    for tid in ("t1", "t2", "t3"):
+        table.apply(_task(tid))
+    table.apply(_rollout("r"))  # other events are ignored
+    assert len(table) == 2 and table.get("t1") is None and table.get("t3") is not None
+
+
+def test_constructing_the_service_starts_nothing() -> None:
+    import threading
+
+    before = threading.active_count()
+    svc = JudgeService(KafkaSettings(bootstrap="127.0.0.1:1"), JudgeSettings())
+    assert threading.active_count() == before
+    svc.close()
 
 
 def test_cli_score_command_prints_a_score() -> None:

@@ -6,11 +6,12 @@ import json
 
 import pytest
 import torch
+from support.samples import make_samples
 
+from streamgrpo.avro import records as R
 from streamgrpo.models import adapter_store as store
 from streamgrpo.models.errors import AdapterIntegrityError, AdapterStoreError
 from streamgrpo.trainer.model import ModelSpec, attach_lora, tiny_model
-from streamgrpo.trainer.synthetic import make_samples
 
 SPEC = ModelSpec(base_model="unused", lora_rank=4, lora_alpha=8, device="cpu")
 
@@ -32,7 +33,7 @@ def samples(tok, seed):
 
 def manifest(version, parent=None, step=1):
     return store.Manifest(adapter_name="planner", version=version, parent_version=parent, base_model="tiny",
-                          trainer_step=step, lineage=[{"topic": "training-samples", "partition": 0, "start": 0, "end": 3}],
+                          trainer_step=step, lineage=[R.OffsetRange("training-samples", 0, 0, 3)],
                           committed={"training-samples:0": 4})
 
 
@@ -66,6 +67,9 @@ def test_write_verify_latest_and_immutability(tmp_path):
     assert store.versions(tmp_path, "planner") == [1, 2]
     assert store.latest(tmp_path, "nothing") is None
     assert json.loads((path / "manifest.json").read_text())["committed"] == {"training-samples:0": 4}
+    assert json.loads((path / "manifest.json").read_text())["lineage"] == [
+        {"topic": "training-samples", "partition": 0, "start": 0, "end": 3}]  # the stored shape is unchanged
+    assert store.Manifest.read(path).lineage == [R.OffsetRange("training-samples", 0, 0, 3)]
 
 
 def test_verify_refuses_tampered_or_incomplete_adapters(tmp_path):

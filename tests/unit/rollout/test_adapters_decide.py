@@ -1,4 +1,5 @@
-"""Pure decision logic of the adapter follower, and the follower against a real (tiny) policy without Kafka."""
+"""What the adapter follower does with the registry's changes, and the follower against a real (tiny) policy
+without Kafka (the fold itself: tests/unit/models/test_registry.py)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
-from streamgrpo.rollout.adapters import (
-    AdapterFollower,
-    FollowerState,
-    Load,
-    SetPrimary,
-    decide,
-    loads_worth_doing,
-)
+from streamgrpo.models.registry import AdapterRegistry, Announced, PrimaryChanged
+from streamgrpo.rollout.adapters import AdapterFollower, loads_worth_doing
 from streamgrpo.rollout.errors import AdapterNotResidentError
 from streamgrpo.rollout.policy.local import LocalPolicy
-from streamgrpo.rollout.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
 
 def published(version: int, uri: str = "/nowhere", sha: str = "0" * 64, name: str = "planner") -> R.AdapterPublished:
@@ -36,30 +31,25 @@ def rolled_back(version: int, restored: int) -> R.AdapterRolledBack:
                                restored_version=restored, reason="canary lost")
 
 
-def test_decide_loads_once_per_version_and_tracks_primary() -> None:
-    state, action = decide(FollowerState(), published(1))
-    assert isinstance(action, Load) and action.announcement.version == 1
-    state, again = decide(state, published(1))  # redelivery
-    assert again is None
-    state, action = decide(state, promoted(1))
-    assert action == SetPrimary("planner", 1)
-    state, action = decide(state, rolled_back(2, restored=1))
-    assert action is None and state.primary == {"planner": 1}
-    state, action = decide(state, rolled_back(1, restored=0))
-    assert action == SetPrimary("planner", 0)
-    _, ignored = decide(state, published(9, name="other"), follow="planner")
-    assert ignored is None
-
-
 def test_replay_loads_only_newest_and_primary() -> None:
-    state, actions = FollowerState(), []
+    reg, changes = AdapterRegistry(canary_share=0.5), []
     for event in [published(1), published(2), promoted(2), published(3), published(4), published(5)]:
-        state, action = decide(state, event)
-        if action is not None:
-            actions.append(action)
-    kept = loads_worth_doing(actions, state.primary, keep_last=2)
-    assert [a.announcement.version for a in kept if isinstance(a, Load)] == [2, 4, 5]
-    assert SetPrimary("planner", 2) in kept
+        changes += reg.apply(event)
+    kept = loads_worth_doing(changes, {"planner": reg.primary("planner")}, keep_last=2)
+    assert [c.announcement.version for c in kept if isinstance(c, Announced)] == [2, 4, 5]
+    assert PrimaryChanged("planner", 2) in kept
+
+
+def test_the_follower_keeps_the_serving_version_resident_without_a_canary(tmp_path: Path) -> None:
+    """One meaning of primary: with canary_share 0 the newest published version serves, so it is protected."""
+    policy = LocalPolicy.from_model(build_tiny_model(), build_tiny_tokenizer(), keep_last=1)
+    follower = AdapterFollower(policy, keep_last=1, store_root=tmp_path)
+    good1, sha1 = _adapter(tmp_path, 1)
+    follower.handle(published(1, str(good1), sha1))
+    assert follower.primary("planner") == 1 and policy.resident_versions("planner") == [1]
+    outside, sha_out = _adapter(tmp_path.parent / f"{tmp_path.name}-elsewhere", 2)
+    follower.handle(published(2, str(outside), sha_out))
+    assert follower.refused_count == 1 and "outside the adapter store" in follower.refusals[0].reason
 
 
 def _adapter(tmp: Path, seed: int) -> tuple[Path, str]:
@@ -91,7 +81,7 @@ def test_follower_verifies_refuses_and_loads_on_demand(tmp_path: Path) -> None:
         follower.ensure_resident("planner", 3)
     with pytest.raises(AdapterNotResidentError):
         follower.ensure_resident("planner", 7)  # never announced
-    follower.handle(published(4, "s3://bucket/planner/v4", sha1))  # no fsspec / no download dir
+    follower.handle(published(4, "s3://bucket/planner/v4", sha1))  # no fsspec / no adapter store to download to
     assert follower.refused_count == 2
 
 

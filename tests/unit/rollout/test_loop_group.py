@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.avro.codec import Codec
 from streamgrpo.rollout.errors import PolicyError
@@ -132,8 +133,8 @@ def test_event_ids_are_deterministic_across_redelivery():
     assert [e.event_id for e in first] == [e.event_id for e in second]
     assert len({e.event_id for e in first}) == len(first)
     action = of(first, R.PlannerAction, "ro-1")[1]
-    assert action.event_id == R.derived_id("planner_action", "ro-1", 2)
-    assert of(first, R.RolloutCompleted, "ro-0")[0].event_id == R.derived_id("rollout_completed", "ro-0")
+    assert action.event_id == ids.derived_id("planner_action", "ro-1", 2)
+    assert of(first, R.RolloutCompleted, "ro-0")[0].event_id == ids.derived_id("rollout_completed", "ro-0")
 
 
 def test_policy_failure_ends_active_rollouts_as_error_with_reason():
@@ -178,7 +179,7 @@ def test_max_turns_is_enforced(max_turns):
 
 
 def test_response_prefix_is_part_of_the_state_and_of_the_parsed_text():
-    from streamgrpo.rollout.policy.tiny import build_tiny_tokenizer
+    from support.tiny_policy import build_tiny_tokenizer
 
     policy = ScriptedPolicy([['tool": "calculator", "input": "2+2"}', 'answer": "4"}']])
     policy.tokenizer = build_tiny_tokenizer()
@@ -202,3 +203,41 @@ def test_response_prefix_is_part_of_the_state_and_of_the_parsed_text():
     off = ScriptedPolicy([['answer": "4"}']])
     run_group(requests(1, max_turns=1), LoopContext(policy=off, tools={}, stop_at_json_end=False), events.append)
     assert off.stops == [None]
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.events: list[R.Event] = []
+
+    def send(self, event: R.Event) -> None:
+        self.events.append(event)
+
+    def flush(self) -> None:
+        pass
+
+
+def _worker(policy: PlannerPolicy, sink: _Sink, config_max_turns: int = 2):
+    from streamgrpo.config import KafkaSettings
+    from streamgrpo.rollout.config import RolloutConfig
+    from streamgrpo.rollout.worker import RolloutWorker
+
+    ctx = LoopContext(policy=policy, tools={"calculator": Calculator()})
+    return RolloutWorker(RolloutConfig(max_turns=config_max_turns, follow_adapters=False), KafkaSettings(), ctx, sink)
+
+
+def test_the_worker_honours_a_requests_turn_budget_beyond_its_own_setting():
+    """Regression: the worker used to cut a request's max_turns to its own [rollout] max_turns silently."""
+    script = ['{"tool": "calculator", "input": "1+1"}'] * 5 + ['{"answer": "2"}']
+    sink = _Sink()
+    results = _worker(ScriptedPolicy([script], served_version=0), sink).run_group_sync(requests(1, 6, version=0))
+    assert results[0].status is R.RolloutStatus.ANSWERED and results[0].turns == 6
+    assert len(of(sink.events, R.PlannerAction)) == 6
+
+
+def test_a_request_beyond_the_hard_turn_limit_ends_as_error_with_a_reason():
+    sink = _Sink()
+    policy = ScriptedPolicy([['{"answer": "2"}']], served_version=0)
+    results = _worker(policy, sink).run_group_sync(requests(1, 10_000, version=0))
+    assert results[0].status is R.RolloutStatus.ERROR and policy.calls == []
+    (done,) = of(sink.events, R.RolloutCompleted)
+    assert done.status is R.RolloutStatus.ERROR and "hard safety limit" in (done.error or "")

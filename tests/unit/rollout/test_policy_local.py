@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
 from streamgrpo.rollout.errors import AdapterInUseError, AdapterNotResidentError
 from streamgrpo.rollout.policy.base import Generation
 from streamgrpo.rollout.policy.local import LocalPolicy, LocalTextModel
-from streamgrpo.rollout.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
 MESSAGES = [
     [{"role": "user", "content": "What is 2+2?"}],

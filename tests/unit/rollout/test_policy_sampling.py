@@ -42,8 +42,9 @@ def test_greedy_uses_untempered_logprobs() -> None:
 
 
 def test_repeated_prompts_are_prefilled_once_and_every_row_matches_a_fresh_forward() -> None:
+    from support.tiny_policy import build_tiny_model
+
     from streamgrpo.rollout.policy.sampling import sample_batch
-    from streamgrpo.rollout.policy.tiny import build_tiny_model
 
     model = build_tiny_model(seed=5)
     widths: list[int] = []

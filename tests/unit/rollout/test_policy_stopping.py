@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
 from streamgrpo.rollout.policy.local import LocalPolicy
 from streamgrpo.rollout.policy.stopping import JsonObjectEnd, cut_at_offsets
-from streamgrpo.rollout.policy.tiny import build_tiny_model, build_tiny_tokenizer
 from streamgrpo.rollout.policy.vllm import parse_choice
 
 

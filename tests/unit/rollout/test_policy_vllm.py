@@ -200,7 +200,7 @@ def test_openai_text_model_over_chat_completions(server: FakeVLLM) -> None:
 
 
 def test_plain_string_key_and_local_tokenizer_are_accepted(server: FakeVLLM) -> None:
-    from streamgrpo.rollout.policy.tiny import build_tiny_tokenizer
+    from support.tiny_policy import build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()
     pol = VLLMPolicy(f"{server.url}/v1", BASE, "sk-plain", timeout=5.0, tokenizer=tok)

@@ -89,3 +89,66 @@ def test_a_shared_setting_in_a_service_section_is_an_error(tmp_path, where) -> N
     env = {"STREAMGRPO_TRAINER__SAMPLES_PER_STEP": "4"} if where == "env" else {}
     with pytest.raises(ConfigError, match=r"\[loop\]"):
         config.load(TrainerConfig, "trainer", path=toml, environ=env)
+
+
+def test_an_unknown_toml_section_is_an_error_naming_the_valid_ones(tmp_path) -> None:
+    toml = tmp_path / "s.toml"
+    toml.write_text('[kafka]\nbootstrap = "h:1"\n[trainr]\nlr = 0.1\n')
+    with pytest.raises(ConfigError, match=r"unknown section\(s\) \[trainr\]; the sections are \[kafka\], \[broker\]"):
+        config.load(KafkaSettings, "kafka", path=toml, environ={})
+
+
+@pytest.mark.parametrize("name", ["STREAMGRPO_TRAINR__LR", "STREAMGRPO_TRAINER_LR", "STREAMGRPO_BOOTSTRAPS",
+                                  "STREAMGRPO_TOOLS__MAX_OUTPUT_CHARS"])
+def test_a_misspelt_environment_variable_is_an_error_naming_the_valid_forms(name) -> None:
+    with pytest.raises(ConfigError, match=rf"unknown environment variable\(s\) {name}:.*TRAINER.*STREAMGRPO_HOME"):
+        config.load(KafkaSettings, "kafka", environ={name: "1"})
+
+
+def test_known_names_and_the_test_harness_prefix_pass() -> None:
+    env = {"STREAMGRPO_CONFIG": "", "STREAMGRPO_LOG_LEVEL": "INFO", "STREAMGRPO_HEARTBEAT_FILE": "/tmp/x",
+           "STREAMGRPO_HOME": "/tmp/h", "STREAMGRPO_TEST_BOOTSTRAP": "h:1", "STREAMGRPO_JUDGE__LLM__API_KEY": "k",
+           "OTHER": "x"}
+    assert config.load(KafkaSettings, "kafka", environ=env).bootstrap is None
+
+
+def test_one_home_variable_places_every_default_path(tmp_path) -> None:
+    from streamgrpo.rollout.config import RolloutConfig
+    from streamgrpo.streams.config import StreamsSettings
+    from streamgrpo.trainer.config import TrainerConfig
+
+    env = {"STREAMGRPO_HOME": str(tmp_path)}
+    trainer = config.load(TrainerConfig, "trainer", environ=env)
+    rollout = config.load(RolloutConfig, "rollout", environ=env)
+    streams = config.load(StreamsSettings, "streams", environ=env)
+    broker = config.load(BrokerSettings, "broker", environ=env)
+    assert trainer.adapter_store == rollout.adapter_store == tmp_path / "adapters"
+    assert trainer.model_cache == rollout.model_cache == tmp_path / "models"
+    assert (streams.data_dir, streams.archive_dir, broker.home) == (tmp_path / "streams", tmp_path / "archive", tmp_path)
+    # an explicit path beats the home; and the broker home is the shared one, not a broker setting
+    pinned = config.load(TrainerConfig, "trainer", environ={**env, "STREAMGRPO_LOOP__ADAPTER_STORE": "/srv/a"})
+    assert pinned.adapter_store.as_posix() == "/srv/a" and pinned.model_cache == tmp_path / "models"
+    with pytest.raises(ConfigError, match=r"broker\.home: shared"):
+        config.load(BrokerSettings, "broker", environ={"STREAMGRPO_BROKER__HOME": str(tmp_path)})
+
+
+def test_paths_and_turns_are_one_setting_for_every_service(tmp_path) -> None:
+    from streamgrpo.rollout.config import RolloutConfig
+    from streamgrpo.streams.config import StreamsSettings
+    from streamgrpo.trainer.config import TrainerConfig
+
+    toml = tmp_path / "s.toml"
+    toml.write_text('[loop]\nmax_turns = 6\ncanary_share = 0.25\nadapter_name = "p2"\n')
+    rollout = config.load(RolloutConfig, "rollout", path=toml, environ={})
+    streams = config.load(StreamsSettings, "streams", path=toml, environ={})
+    trainer = config.load(TrainerConfig, "trainer", path=toml, environ={})
+    assert (rollout.max_turns, rollout.canary_share, rollout.adapter_name) == (6, 0.25, "p2")
+    assert (streams.max_turns, streams.canary_share, streams.adapter_name, trainer.adapter_name) == (6, 0.25, "p2", "p2")
+    for model, section, key in ((RolloutConfig, "rollout", "adapter_store"), (RolloutConfig, "rollout", "max_turns"),
+                                (TrainerConfig, "trainer", "model_cache"), (StreamsSettings, "streams", "canary_share")):
+        toml.write_text(f"[{section}]\n{key} = 1\n")
+        with pytest.raises(ConfigError, match=rf"{section}\.{key}: shared by several services"):
+            config.load(model, section, path=toml, environ={})
+    toml.write_text("[loop]\nmax_staleness = -1\n")
+    with pytest.raises(ConfigError, match=r"loop\.max_staleness"):
+        config.load(TrainerConfig, "trainer", path=toml, environ={})

@@ -31,7 +31,16 @@ def test_unwritable_path_warns_once_and_never_raises(tmp_path: Path, caplog: pyt
     assert len([r for r in caplog.records if "heartbeat" in r.getMessage()]) == 1
 
 
-def test_module_beat_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_configured_heartbeat_is_an_explicit_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(heartbeat.ENV, raising=False)
+    off = Heartbeat.configured()
+    assert off.path is None and off.beat() is False
+    monkeypatch.setenv(heartbeat.ENV, str(tmp_path / "hb"))
+    on = Heartbeat.configured()
+    assert on.beat() is True and (tmp_path / "hb").exists() and off.beat() is False  # each object keeps its path
+
+
+def test_legacy_module_beat_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(heartbeat.ENV, raising=False)
     assert heartbeat.beat() is False
     first, second = tmp_path / "one", tmp_path / "two"

@@ -50,9 +50,9 @@ def test_zero_variance_detected(name: str) -> None:
 def test_advantage_is_per_trajectory_not_per_turn(name: str) -> None:
     """A 1-turn and a 5-turn rollout with equal rewards get equal advantages, and every turn of a
     rollout gets its trajectory's advantage (turn count never enters the estimator)."""
+    from streamgrpo.avro import ids
     from streamgrpo.avro import records as R
-    from streamgrpo.streams import ids
-    from streamgrpo.streams.samples import StoredTurn, build_sample
+    from streamgrpo.streams.samples import build_sample
     from streamgrpo.streams.window_core import GroupState, RewardEntry
 
     rewards = {"short": 1.0, "long": 1.0, "bad": 0.0}
@@ -61,12 +61,14 @@ def test_advantage_is_per_trajectory_not_per_turn(name: str) -> None:
     assert adv["short"] == adv["long"] != adv["bad"]
     state = GroupState(
         group_id="g", task_id="t", expected=3, first_seen=0.0, partition=0,
-        rewards={k: RewardEntry(ids.R.derived_id("r", k), v, True, "planner", 0) for k, v in rewards.items()},
+        rewards={k: RewardEntry(ids.derived_id("r", k), v, True, "planner", 0) for k, v in rewards.items()},
         closed=True, trains=True, advantages=adv, mean=res.mean, std=res.std, size=3, estimator=name,
     )
     turns = {"short": 1, "long": 5}
     samples = {
-        k: build_sample(state, k, [StoredTurn(t, [t], [t], [-0.1], "planner", 0) for t in range(1, n + 1)])
+        k: build_sample(state, k, [R.PlannerAction(R.Envelope.new("r", rollout_id=k, turn=t), [t], "a", [t], [-0.1],
+                                                   "planner", 0, R.SamplingParams(), R.ParseStatus.STRICT, "h", 1)
+                                   for t in range(1, n + 1)])
         for k, n in turns.items()
     }
     assert [len(s.turns) for s in samples.values()] == [1, 5]

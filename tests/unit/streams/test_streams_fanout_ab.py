@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
+from streamgrpo.models.registry import AdapterRegistry
 from streamgrpo.streams.ab_controller import (
     ABPolicy,
-    AdapterState,
     ArmStats,
     Promote,
     Rollback,
@@ -16,7 +16,7 @@ from streamgrpo.streams.ab_controller import (
     choose_version,
     decide,
 )
-from streamgrpo.streams.fanout import Backlog, FanoutPolicy, admit, fan_out
+from streamgrpo.streams.fanout import Backlog, FanoutPolicy, admit, check_task, fan_out
 
 
 def policy(max_in_flight: int = 4, staleness: int = 1, per_step: int = 8) -> FanoutPolicy:
@@ -44,6 +44,15 @@ def test_fan_out_builds_group_with_deterministic_ids() -> None:
 def test_fan_out_rejects_bad_task() -> None:
     with pytest.raises(ValueError):
         fan_out(task(0), 0, policy())
+    with pytest.raises(ValueError, match="group_size <= 1024"):
+        fan_out(task(10**9), 0, policy())  # bounded before a single request is built
+
+
+def test_intake_bounds_group_size_and_encoded_size() -> None:
+    assert check_task(task(4), 1000) is None
+    assert check_task(task(0), 1000)[0] == check_task(task(1025), 1000)[0] == "invalid_task"
+    code, reason = check_task(task(4), 300_000)
+    assert code == "task_too_large" and "300000 bytes" in reason
 
 
 def test_admission_bounds_groups_in_flight() -> None:
@@ -101,29 +110,22 @@ def _pub(v: int) -> R.AdapterPublished:
     return R.AdapterPublished(R.Envelope.new("trainer"), "planner", v, f"file:///a/{v}", "0" * 64, "base", v, [])
 
 
-def test_adapter_state_without_canary_follows_latest() -> None:
-    s = AdapterState()
-    assert s.primary == 0
-    s.apply(_pub(1), 0.0)
-    s.apply(_pub(2), 0.0)
-    assert (s.primary, s.canary, s.latest) == (2, None, 2)
+def test_choice_without_canary_is_the_latest_published() -> None:
+    reg = AdapterRegistry(0.0)
+    reg.apply(_pub(1))
+    reg.apply(_pub(2))
+    assert choose_version(reg.line("planner"), ids.group_id("t"), 0.0) == 2
 
 
-def test_adapter_state_with_canary_and_choice() -> None:
-    s = AdapterState()
-    s.apply(_pub(1), 0.25)
-    assert (s.primary, s.canary) == (0, 1)
+def test_choice_with_a_canary_is_a_stable_share_of_groups() -> None:
+    reg = AdapterRegistry(0.25)
+    reg.apply(_pub(1))
     groups = [ids.group_id(f"t{i}") for i in range(2000)]
-    share = sum(choose_version(s, g, 0.25) == 1 for g in groups) / len(groups)
+    share = sum(choose_version(reg.line("planner"), g, 0.25) == 1 for g in groups) / len(groups)
     assert 0.2 < share < 0.3
-    assert choose_version(s, groups[0], 0.25) == choose_version(s, groups[0], 0.25)
-    s.apply(R.AdapterRolledBack(R.Envelope.new("ab"), "planner", 1, 0, "worse"), 0.25)
-    assert s.canary is None and choose_version(s, groups[0], 0.25) == 0
-    s.apply(_pub(1), 0.25)  # a rolled-back version never comes back as canary
-    assert s.canary is None
-    s.apply(_pub(2), 0.25)
-    s.apply(R.AdapterPromoted(R.Envelope.new("ab"), "planner", 2, 0, "better"), 0.25)
-    assert (s.primary, s.canary) == (2, None)
+    assert choose_version(reg.line("planner"), groups[0], 0.25) == choose_version(reg.line("planner"), groups[0], 0.25)
+    reg.apply(R.AdapterRolledBack(R.Envelope.new("ab"), "planner", 1, 0, "worse"))
+    assert all(choose_version(reg.line("planner"), g, 0.25) == 0 for g in groups[:50])
 
 
 def _arm(n: int, mean: float) -> ArmStats:

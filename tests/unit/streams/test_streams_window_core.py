@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.streams import ids
 from streamgrpo.streams.advantages import build_estimator
-from streamgrpo.streams.samples import StoredTurn, build_sample, ready_rollouts
+from streamgrpo.streams.samples import build_sample, ready_rollouts
 from streamgrpo.streams.window_core import (
     GroupState,
     WindowPolicy,
@@ -29,7 +29,7 @@ def policy(partial: str = "score", min_size: int = 2, est: str = "grpo") -> Wind
 def reward(i: int, score: float, status: R.RewardStatus = R.RewardStatus.OK, n: int = 4) -> R.Reward:
     rid = ids.rollout_id(G, i)
     return R.Reward(
-        envelope=R.Envelope.new("judge", event_id=R.derived_id("reward", rid), task_id="task-1", group_id=G, rollout_id=rid),
+        envelope=R.Envelope.new("judge", event_id=ids.derived_id("reward", rid), task_id="task-1", group_id=G, rollout_id=rid),
         score=score, status=status, judge=R.JudgeInfo("math", "h"), group_size=n, adapter_name="planner",
         adapter_version=3, turns=2, rollout_status=R.RolloutStatus.ANSWERED,
     )
@@ -126,9 +126,12 @@ def test_sample_waits_for_every_turn_and_carries_all() -> None:
     assert r0 not in ready_rollouts(s, has_turn)
     arrived.add((r0, 3))
     assert ready_rollouts(s, has_turn) == [r0]
-    turns = [StoredTurn(t, [t, t], [10 + t], [-0.5], "planner", 3) for t in (3, 1, 2)]
-    sample = build_sample(s, r0, turns)
+    sampling = R.SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=32)
+    turns = [R.PlannerAction(R.Envelope.new("rollout", group_id=G, rollout_id=r0, turn=t), [t, t], "a", [10 + t], [-0.5],
+                             "planner", 3, sampling, R.ParseStatus.STRICT, "h", 1) for t in (3, 1, 2)]
+    sample = build_sample(s, r0, turns)  # the stored events themselves: no intermediate shape
     assert [t.turn for t in sample.turns] == [1, 2, 3]
+    assert [(t.prompt_token_ids, t.action_token_ids) for t in sample.turns] == [([t, t], [10 + t]) for t in (1, 2, 3)]
     assert sample.envelope.event_id == ids.sample_id(r0) and sample.behaviour_version == 3
     assert sample.advantage == s.advantages[r0] and sample.reward == 1.0 and sample.group_size == 4
     s.emitted.append(r0)
@@ -157,3 +160,13 @@ def test_closed_group_expires_after_ttl() -> None:
         s, _ = add_reward(s, reward(i, float(i)))
     s, _ = maybe_close(s, policy(), now=100.0)
     assert not expired(s, now=159.0, ttl_s=60) and expired(s, now=160.0, ttl_s=60)
+
+
+def test_inputs_beyond_the_bounds_are_rejected_before_they_size_the_work() -> None:
+    from streamgrpo.streams.window_core import out_of_bounds
+
+    assert out_of_bounds(reward(0, 1.0)) is None and out_of_bounds(completed(0, turns=3)) is None
+    huge = R.Reward(R.Envelope.new("judge", group_id=G, rollout_id="r"), 1.0, R.RewardStatus.OK,
+                    R.JudgeInfo("m", "h"), 10**9, "planner", 0, 1, R.RolloutStatus.ANSWERED)
+    assert "group_size 1000000000" in (out_of_bounds(huge) or "")
+    assert "turn count 100000" in (out_of_bounds(completed(0, turns=100_000)) or "")

@@ -1,8 +1,8 @@
-"""Lineage bookkeeping: offset ranges, next offsets, redelivery skip, duplicate ids."""
+"""Lineage bookkeeping: offset ranges, next offsets, redelivery skip."""
 
 from __future__ import annotations
 
-from streamgrpo.trainer.lineage import Lineage, RecentIds, already_trained
+from streamgrpo.trainer.lineage import Lineage, already_trained
 
 
 def test_lineage_helpers_are_consistent():
@@ -14,11 +14,3 @@ def test_lineage_helpers_are_consistent():
     nxt = lin.next_offsets({"training-samples:2": 7})
     assert nxt == {"training-samples:0": 10, "training-samples:1": 6, "training-samples:2": 7}
     assert already_trained(nxt, "training-samples", 1, 5) and not already_trained(nxt, "training-samples", 1, 6)
-
-
-def test_recent_ids_remember_and_forget_oldest():
-    ids = RecentIds(capacity=2)
-    assert not ids.seen("a") and ids.seen("a")
-    ids.seen("b")
-    ids.seen("c")  # evicts "a"
-    assert not ids.seen("a")

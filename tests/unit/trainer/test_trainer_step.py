@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.samples import make_samples
 
 from streamgrpo.avro import records as R
 from streamgrpo.trainer.batching import build_batch, micro_batches
@@ -11,7 +12,6 @@ from streamgrpo.trainer.losses import LossConfig, build_loss
 from streamgrpo.trainer.model import ModelSpec, attach_lora, tiny_model, token_logprobs
 from streamgrpo.trainer.schedules import build_scheduler
 from streamgrpo.trainer.step import StepConfig, accumulate_gradients, build_optimizer, optimizer_step
-from streamgrpo.trainer.synthetic import make_samples
 
 SPEC = ModelSpec(base_model="unused", lora_rank=4, lora_alpha=8, device="cpu")
 

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
-from streamgrpo.streams import ids
 
 
 @dataclass
@@ -48,7 +48,7 @@ def synthetic_group(task_id: str, scores: Sequence[float | None], turns: Sequenc
         rid = out.rollout_ids[i]
         for t in range(1, turns[i] + 1):
             out.actions.append(R.PlannerAction(
-                envelope=R.Envelope.new("rollout", event_id=R.derived_id("action", rid, t), task_id=task_id,
+                envelope=R.Envelope.new("rollout", event_id=ids.derived_id("action", rid, t), task_id=task_id,
                                         group_id=g, rollout_id=rid, turn=t),
                 prompt_token_ids=[i, t, 1, 2], action_text=f"step {t}", action_token_ids=[100 + t, i],
                 behaviour_logprobs=[-0.1 * t, -0.2], adapter_name="planner", adapter_version=version,
@@ -58,11 +58,11 @@ def synthetic_group(task_id: str, scores: Sequence[float | None], turns: Sequenc
             continue
         env = dict(task_id=task_id, group_id=g, rollout_id=rid)
         out.completions.append(R.RolloutCompleted(
-            envelope=R.Envelope.new("rollout", event_id=R.derived_id("completed", rid), **env), question="q",
+            envelope=R.Envelope.new("rollout", event_id=ids.derived_id("completed", rid), **env), question="q",
             source="synthetic", final_answer="a", turns=turns[i], status=R.RolloutStatus.ANSWERED, group_size=n,
             adapter_name="planner", adapter_version=version, duration_ms=1))
         out.rewards.append(R.Reward(
-            envelope=R.Envelope.new("judge", event_id=R.derived_id("reward", rid), **env), score=float(score),
+            envelope=R.Envelope.new("judge", event_id=ids.derived_id("reward", rid), **env), score=float(score),
             status=R.RewardStatus.ERROR if i in errors else R.RewardStatus.OK, judge=R.JudgeInfo("synthetic", "h"),
             group_size=n, adapter_name="planner", adapter_version=version, turns=turns[i],
             rollout_status=R.RolloutStatus.ANSWERED, tool_calls={"calculator": 1}))

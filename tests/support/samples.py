@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 
 
@@ -43,7 +44,7 @@ def make_samples(
             turns.append(R.SampleTurn(turn=t, prompt_token_ids=prompt, action_token_ids=action, behaviour_logprobs=logps))
         rollout = f"{group}-r{i % 4}"
         out.append(R.TrainingSample(
-            envelope=R.Envelope.new("synthetic", event_id=R.derived_id("sample", seed, i), task_id=f"t{seed}-{i // 4}",
+            envelope=R.Envelope.new("synthetic", event_id=ids.derived_id("sample", seed, i), task_id=f"t{seed}-{i // 4}",
                                     group_id=group, rollout_id=rollout),
             turns=turns, advantage=float(i % 3) - 1.0, reward=float(i % 3), group_mean=1.0, group_std=1.0,
             group_size=4, estimator="grpo", adapter_name=adapter_name, behaviour_version=behaviour_version,

@@ -1,0 +1,83 @@
+"""Deterministic ids: the one module that makes the id of a derived event, group or rollout (pure).
+
+Every id is a UUID v5 of a *kind* and the inputs it derives from (:func:`derived_id`), so a
+redelivered input yields the same id and a consumer drops the duplicate by id. One function per id
+kind; the kind strings are part of the contract (changing one changes every id of that kind, so
+replayed and live events would no longer deduplicate against each other).
+
+- groups and rollouts: :func:`group_id` (a task and its retry ``attempt``), :func:`rollout_id`
+  (rollout ``i`` of group ``g`` is always ``rollout_id(g, i)``; the window lists missing rollouts
+  with it);
+- events derived by the stream processors: :func:`request_event_id`, :func:`group_closed_id`,
+  :func:`sample_id`, :func:`promotion_id`, :func:`rollback_id`;
+- events of one rollout: :func:`rollout_event_id` (planner actions, tool observations and verdicts
+  per turn; the completion once);
+- the judge's :func:`reward_id`, the trainer's :func:`adapter_published_id`;
+- :func:`dead_letter_id`: the record's place (catalog topic, partition, offset) only, so the same bad
+  record gets the same dead letter whichever consumer finds it.
+
+What is not covered: ids of events that are facts rather than derivations (a submitted Task, a
+RewardMetrics window) are random UUIDs from :meth:`~streamgrpo.avro.records.Envelope.new`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+_NAMESPACE = uuid.UUID("6f1c1d2e-6a7b-4a53-9a58-3d8e5e0c7f10")
+
+#: Kinds of :func:`rollout_event_id` (one per event type a rollout emits).
+ROLLOUT_EVENT_KINDS = frozenset({"planner_action", "tool_observation", "verdict", "rollout_completed"})
+
+
+def derived_id(kind: str, *parts: object) -> str:
+    """Deterministic UUID (v5) of ``kind`` and its inputs (the primitive behind every function here)."""
+    return str(uuid.uuid5(_NAMESPACE, kind + "|" + "|".join(str(p) for p in parts)))
+
+
+def group_id(task_id: str, attempt: int = 0) -> str:
+    return derived_id("group", task_id, attempt)
+
+
+def rollout_id(group: str, index: int) -> str:
+    return derived_id("rollout", group, index)
+
+
+def request_event_id(rollout: str) -> str:
+    return derived_id("rollout-request", rollout)
+
+
+def group_closed_id(group: str) -> str:
+    return derived_id("group-closed", group)
+
+
+def sample_id(rollout: str) -> str:
+    return derived_id("sample", rollout)
+
+
+def reward_id(rollout: str | None) -> str:
+    return derived_id("reward", rollout)
+
+
+def rollout_event_id(kind: str, rollout: str, turn: int | None = None) -> str:
+    """Id of an event a rollout emits: per turn for actions/observations/verdicts, once for the completion."""
+    if kind not in ROLLOUT_EVENT_KINDS:
+        raise ValueError(f"unknown rollout event kind {kind!r}; known: {sorted(ROLLOUT_EVENT_KINDS)}")
+    return derived_id(kind, rollout) if turn is None else derived_id(kind, rollout, turn)
+
+
+def adapter_published_id(adapter: str, version: int) -> str:
+    return derived_id("adapter_published", adapter, version)
+
+
+def promotion_id(adapter: str, version: int) -> str:
+    return derived_id("ab-promote", adapter, version)
+
+
+def rollback_id(adapter: str, version: int) -> str:
+    return derived_id("ab-rollback", adapter, version)
+
+
+def dead_letter_id(topic: str, partition: int, offset: int) -> str:
+    """Id of the dead letter of one record: its catalog topic name (no prefix), partition and offset."""
+    return derived_id("dead-letter", topic, partition, offset)

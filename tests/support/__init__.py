@@ -1,0 +1,8 @@
+"""Helpers of the test suite and the benchmarks (never imported by the product).
+
+- :mod:`.streams`: synthetic groups of rollout events and a ``streamgrpo streams`` worker subprocess;
+- :mod:`.samples`: synthetic TrainingSamples;
+- :mod:`.tiny_policy`: a tiny in-process Llama + character tokenizer for the policy code paths.
+
+Benchmarks import them with ``tests/`` on ``sys.path`` (``bench/_paths.py``).
+"""

@@ -1,0 +1,46 @@
+"""The streams follower's fold (pure): groups in flight, samples waiting for the trainer, adapters, arms."""
+
+from __future__ import annotations
+
+from streamgrpo.avro import ids
+from streamgrpo.avro import records as R
+from streamgrpo.streams.follower import LoopView
+
+
+def request(task: str, size: int = 4) -> R.RolloutRequest:
+    g = ids.group_id(task)
+    return R.RolloutRequest(R.Envelope.new("streams", group_id=g, rollout_id=ids.rollout_id(g, 0)), "q", "s", 0,
+                            size, "planner", 0, 4, R.SamplingParams())
+
+
+def closed(task: str, received: int, samples: int | None, trains: bool = True) -> R.GroupClosed:
+    g = ids.group_id(task)
+    return R.GroupClosed(R.Envelope.new("streams", event_id=ids.group_closed_id(g), group_id=g),
+                         R.GroupStatus.COMPLETE, 4, received, 0.5, 0.5, "grpo", trains, "complete", 0, [], samples)
+
+
+def published(version: int, start: int, end: int) -> R.AdapterPublished:
+    return R.AdapterPublished(R.Envelope.new("trainer"), "planner", version, f"file:///a/{version}", "0" * 64,
+                              "base", version, [R.OffsetRange("training-samples", 0, start, end)])
+
+
+def test_an_error_reward_is_not_a_sample_waiting_forever() -> None:
+    """Regression: GroupClosed.received counts ERROR rewards, which yield no sample; counting them as samples
+    left phantom samples 'waiting for the trainer' forever and eventually blocked admission."""
+    view = LoopView(canary_share=0.0)
+    view.apply(request("t1"))
+    assert view.backlog().groups_in_flight == 1 and view.backlog().rollouts_in_flight == 4
+    view.apply(closed("t1", received=4, samples=3))  # one ERROR reward
+    assert view.backlog().pending_samples == 3 and view.in_flight == 0
+    view.apply(published(1, 0, 2))  # the trainer consumed the 3 samples
+    assert view.backlog().pending_samples == 0
+    view.apply(published(1, 0, 2))  # a redelivered announcement is counted once
+    assert view.backlog().pending_samples == 0 and view.adapters("planner").primary == 1
+
+
+def test_closed_groups_are_counted_once_and_old_events_fall_back_to_received() -> None:
+    view = LoopView(canary_share=0.0)
+    view.apply(closed("t1", received=2, samples=None))  # written before `samples` existed
+    view.apply(closed("t1", received=2, samples=None))
+    view.apply(closed("t2", received=4, samples=0, trains=False))
+    assert view.backlog().pending_samples == 2 and view.arm(0).groups == 2
