@@ -78,6 +78,28 @@ def rollback_id(adapter: str, version: int) -> str:
     return derived_id("ab-rollback", adapter, version)
 
 
+def eval_group_id(task_set_hash: str, adapter: str, version: int, task_index: int) -> str:
+    """The group of one task in an evaluation of ``adapter@v{version}`` (never on the bus; local ids)."""
+    return derived_id("eval-group", task_set_hash, adapter, version, task_index)
+
+
+def eval_rollout_id(group: str, sample: int) -> str:
+    return derived_id("eval-rollout", group, sample)
+
+
+def eval_request_id(group: str, sample: int) -> str:
+    return derived_id("eval-request", group, sample)
+
+
+def eval_task_id(task_set_hash: str, task_index: int) -> str:
+    return derived_id("eval-task", task_set_hash, task_index)
+
+
+def evaluation_id(task_set_hash: str, adapter: str, version: int, spec: object, trigger: str, nonce: int) -> str:
+    """An EvaluationCompleted: one per evaluation run (``nonce`` separates repeated runs of the same spec)."""
+    return derived_id("evaluation", task_set_hash, adapter, version, spec, trigger, nonce)
+
+
 def dead_letter_id(topic: str, partition: int, offset: int) -> str:
     """Id of the dead letter of one record: its catalog topic name (no prefix), partition and offset."""
     return derived_id("dead-letter", topic, partition, offset)

@@ -98,10 +98,12 @@ class Reader:
         return [] if md is None or md.error is not None else sorted(md.partitions)
 
     def ends(self, topic: str) -> dict[int, int]:
-        from streamgrpo.topics.consumer import end_offsets
+        """True end offset per partition (the embedded broker's high watermark can lag; see topics.follow)."""
+        from streamgrpo.topics.follow import log_bounds
 
         if topic not in self._ends:
-            self._ends[topic] = end_offsets(self.consumer, self.physical(topic), self.partitions(topic))
+            bounds = log_bounds(self.kafka, [self.physical(topic)])
+            self._ends[topic] = {p: end for (_, p), (_, end) in sorted(bounds.items())}
         return self._ends[topic]
 
     def since(self, topic: str, since_ms: int | None = None, last: int | None = None) -> list[Any]:

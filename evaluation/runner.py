@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.evaluation.core import Outcome, Summary, summarise, task_set_hash
 from streamgrpo.evaluation.judging import CorrectnessJudge
@@ -57,8 +58,8 @@ class EvalRun:
 
     def event(self, judge: R.JudgeInfo, trigger: str = "cli", service: str = "eval") -> R.EvaluationCompleted:
         s = self.summary
-        env = R.Envelope.new(service, event_id=R.derived_id("evaluation", self.task_hash, self.adapter_name,
-                                                            self.version, self.spec, trigger, time.time_ns()))
+        env = R.Envelope.new(service, event_id=ids.evaluation_id(self.task_hash, self.adapter_name, self.version,
+                                                                 self.spec, trigger, time.time_ns()))
         return R.EvaluationCompleted(
             envelope=env, adapter_name=self.adapter_name, adapter_version=self.version,
             task_set=self.spec.task_set, task_set_hash=self.task_hash, tasks=s.tasks,
@@ -93,12 +94,12 @@ def _requests(tasks: Sequence[TaskRow], spec: EvalSpec, task_hash: str, adapter_
                                 max_new_tokens=spec.max_new_tokens, seed=spec.seed)
     groups = []
     for i, task in enumerate(tasks):
-        group_id = R.derived_id("eval-group", task_hash, adapter_name, version, i)
+        group_id = ids.eval_group_id(task_hash, adapter_name, version, i)
         groups.append([
             R.RolloutRequest(
-                envelope=R.Envelope.new("eval", event_id=R.derived_id("eval-request", group_id, j),
-                                        task_id=R.derived_id("eval-task", task_hash, i), group_id=group_id,
-                                        rollout_id=R.derived_id("eval-rollout", group_id, j)),
+                envelope=R.Envelope.new("eval", event_id=ids.eval_request_id(group_id, j),
+                                        task_id=ids.eval_task_id(task_hash, i), group_id=group_id,
+                                        rollout_id=ids.eval_rollout_id(group_id, j)),
                 question=task.question, source=task.source, rollout_index=j, group_size=spec.samples,
                 adapter_name=adapter_name, adapter_version=version, max_turns=spec.max_turns, sampling=sampling,
                 metadata=dict(task.metadata))

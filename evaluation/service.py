@@ -89,7 +89,7 @@ class Evaluator:
 def serve(settings: EvaluatorSettings, session: Any, stop: threading.Event) -> None:
     """The evaluator loop until ``stop`` (see module docstring)."""
     from streamgrpo.evaluation.adapters import published as published_versions
-    from streamgrpo.topics.consumer import read_topic
+    from streamgrpo.topics.follow import read_topic
     from streamgrpo.topics.producer import EventProducer
 
     if settings.nice:

@@ -38,12 +38,12 @@ class LabelledRun:
 
 
 class EvalSession:
-    def __init__(self, rollout: Any, loop: LoopSettings, streams: Any, judge: Any, trainer_store: Path,
-                 kafka: KafkaSettings, store: Path | None = None) -> None:
+    def __init__(self, rollout: Any, loop: LoopSettings, streams: Any, judge: Any, kafka: KafkaSettings,
+                 store: Path | None = None) -> None:
         self.rollout, self.loop, self.streams = rollout, loop, streams
         self.judge = CorrectnessJudge(judge)
         self.kafka = kafka
-        self.store = store or trainer_store
+        self.store = store or loop.adapter_store
         self._ctx: Any = None
 
     @classmethod
@@ -52,12 +52,10 @@ class EvalSession:
         from streamgrpo.judge.config import JudgeSettings
         from streamgrpo.rollout.config import RolloutConfig
         from streamgrpo.streams.config import StreamsSettings
-        from streamgrpo.trainer.config import TrainerConfig
 
         return cls(config.load(RolloutConfig, "rollout", path=path, overrides=rollout_overrides),
                    config.load(LoopSettings, "loop", path=path), config.load(StreamsSettings, "streams", path=path),
                    config.load(JudgeSettings, "judge", path=path),
-                   config.load(TrainerConfig, "trainer", path=path).store_root,
                    config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap}), store)
 
     # -- inputs -----------------------------------------------------------------------------------
@@ -84,7 +82,7 @@ class EvalSession:
     def events(self) -> list[Any] | None:
         """Events of ``adapter-events``, or None when no broker is reachable."""
         try:
-            from streamgrpo.topics.consumer import read_topic
+            from streamgrpo.topics.follow import read_topic
 
             return [r.event for r in read_topic(self.kafka, "adapter-events", timeout_s=10)]
         except StreamGRPOError as exc:

@@ -43,7 +43,7 @@ M = TypeVar("M", bound=BaseModel)
 ENV_PREFIX = "STREAMGRPO_"
 #: Every settings section (TOML ``[section]``, env ``STREAMGRPO_<SECTION>__<FIELD>``). A new settings
 #: model adds its section here.
-SECTIONS: tuple[str, ...] = ("kafka", "broker", "loop", "rollout", "judge", "streams", "trainer")
+SECTIONS: tuple[str, ...] = ("kafka", "broker", "loop", "rollout", "judge", "streams", "trainer", "evaluator")
 #: Short environment names kept for convenience: alias -> (section, field).
 ENV_ALIASES: dict[str, tuple[str, str]] = {
     "STREAMGRPO_BOOTSTRAP": ("kafka", "bootstrap"),

@@ -24,7 +24,7 @@ import torch
 from streamgrpo.avro import records as R
 from streamgrpo.cli.progress import Progress
 from streamgrpo.config import KafkaSettings
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.timeout(1200)]
 

@@ -72,11 +72,11 @@ def _commit_trainer(kafka: KafkaSettings) -> dict[int, int]:
     """The trainer group commits all but the last sample of each partition; returns the ends."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from streamgrpo.topics.consumer import end_offsets
+    from streamgrpo.topics.follow import log_bounds
 
     c = Consumer(client_config(kafka, **{"group.id": "trainer.planner.default", "enable.auto.commit": False}))
     topic = f"{kafka.topic_prefix}training-samples"
-    ends = end_offsets(c, topic, [0, 1, 2])
+    ends = {p: end for (_, p), (_, end) in log_bounds(kafka, [topic]).items()}
     c.commit(offsets=[TopicPartition(topic, p, e - 1) for p, e in ends.items() if e > 0], asynchronous=False)
     c.close()
     return ends

@@ -15,7 +15,7 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.judge.config import JudgeSettings, LLMSettings
 from streamgrpo.judge.service import JudgeService
 from streamgrpo.redact import MASK
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker
