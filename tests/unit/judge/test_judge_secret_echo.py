@@ -25,6 +25,10 @@ from streamgrpo.judge.scorers.llm import LLMScorer
 from streamgrpo.log import setup_logging
 from streamgrpo.redact import MASK
 
+#: what stands for the key: the endpoint masks the credential it echoes (first line of defence), the
+#: redaction path masks registered secrets (second); the text must show a mask, never the key
+MASKED_BEARER = ("Bearer *****", f"Bearer {MASK}")
+
 
 @pytest.fixture
 def endpoint_url() -> Iterator[str]:
@@ -42,10 +46,17 @@ def _settings(url: str, key: str) -> LLMSettings:
 
 
 def test_the_fake_endpoint_really_echoes_the_key(endpoint_url: str, key: str) -> None:
-    """Without this the other tests would prove nothing: the raw client error carries the key."""
+    """Without this the other tests would prove nothing: the server's raw error body carries the key. The
+    endpoint's own error text is the first line of defence and already masks it; the redaction path (the
+    other tests) is the second."""
+    import httpx
+
+    raw = httpx.post(f"{endpoint_url.rstrip('/')}/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                     json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}, timeout=10)
+    assert raw.status_code >= 400 and key in raw.text
     with pytest.raises(JudgeCallError) as info:
         ChatEndpoint(_settings(endpoint_url, key)).complete([{"role": "user", "content": "hi"}])
-    assert key in str(info.value)
+    assert key not in str(info.value)
 
 
 def _rollout() -> R.RolloutCompleted:
@@ -62,7 +73,7 @@ def test_reward_error_and_dead_letter_reason_carry_no_key(endpoint_url: str, key
                   ground_truths=[])  # no ground truth: no fallback, the failure becomes event text
     outcome = decide_reward(task, _rollout(), scorer)
     assert isinstance(outcome, Reject) and outcome.reason_code == "judge_error"
-    assert key not in outcome.reason and MASK in outcome.reason
+    assert key not in outcome.reason and any(m in outcome.reason for m in MASKED_BEARER)
     assert outcome.reward.error is not None and key not in outcome.reward.error
 
 
@@ -77,7 +88,7 @@ def test_the_fallback_warning_in_the_log_carries_no_key(endpoint_url: str, key: 
         root.handlers[:], root.level = saved
     assert score.components[1][0] == "llm_error:call"
     err = capsys.readouterr().err
-    assert "llm judge failed" in err and MASK in err
+    assert "llm judge failed" in err and any(m in err for m in MASKED_BEARER) and key not in err
     assert key not in err
 
 
@@ -92,4 +103,4 @@ def test_the_cli_error_line_carries_no_key(endpoint_url: str, key: str, capsys: 
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "\nerror: llm judge failed (call: " in "\n" + err
-    assert f"Bearer {MASK}" in err and key not in err  # the error line and the log lines before it
+    assert any(m in err for m in MASKED_BEARER) and key not in err  # the error line and the log lines before it
