@@ -38,7 +38,7 @@ def _tiny_base(path: Path) -> None:
     from streamgrpo.rollout.config import RolloutConfig
     from streamgrpo.rollout.loop import run_groups
     from streamgrpo.rollout.policy.local import LocalPolicy
-    from streamgrpo.rollout.policy.tiny import build_tiny_tokenizer
+    from support.tiny_policy import build_tiny_tokenizer
     from streamgrpo.rollout.runtime import build_context
 
     torch.manual_seed(0)

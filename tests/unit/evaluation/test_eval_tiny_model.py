@@ -17,7 +17,7 @@ from streamgrpo.judge.config import JudgeSettings
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import run_groups
 from streamgrpo.rollout.policy.local import LocalPolicy
-from streamgrpo.rollout.policy.tiny import build_tiny_tokenizer
+from support.tiny_policy import build_tiny_tokenizer
 from streamgrpo.rollout.runtime import build_context
 from streamgrpo.rollout.tools.config import ToolsSettings
 from streamgrpo.tasks.datasets import TaskRow

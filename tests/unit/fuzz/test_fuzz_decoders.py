@@ -20,7 +20,7 @@ from streamgrpo.avro import registry
 from streamgrpo.avro.codec import SINGLE_OBJECT_MAGIC, Codec
 from streamgrpo.avro.errors import DecodeError
 from streamgrpo.topics.catalog import topic_for
-from streamgrpo.topics.consumer import decode_record
+from streamgrpo.topics.received import decode_record
 
 FUZZ = fuzz()
 CODEC = Codec()
