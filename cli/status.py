@@ -6,7 +6,7 @@ What it shows, and where each figure comes from:
   (confluent-kafka AdminClient) against the true end of each partition (:func:`end_offsets`, which
   also corrects the embedded Tansu's high-watermark quirk);
 - adapter versions published / primary / canary: the fold of ``adapter-events`` (the A/B
-  controller's own :class:`AdapterState`, with ``[streams] canary_share``), and the statuses of
+  one registry fold, :mod:`streamgrpo.models.registry`, with ``[loop] canary_share``), and the statuses of
   ``adapter-registry`` when it has records;
 - versions served per worker: the newest ``rollouts`` record of each worker instance, plus the
   rollout endpoint's ``streamgrpo_adapter_version{role="served"}`` when it answers;
@@ -169,16 +169,18 @@ def consumer_lags(reader: Reader) -> list[Lag]:
     return out
 
 
-def adapter_versions(reader: Reader, canary_share: float) -> tuple[dict[str, int | None], dict[int, str]]:
+def adapter_versions(reader: Reader, canary_share: float, adapter_name: str = "planner",
+                     ) -> tuple[dict[str, int | None], dict[int, str]]:
     """(published/primary/canary from adapter-events, {version: status} from adapter-registry)."""
     from streamgrpo.avro import records as R
-    from streamgrpo.streams.ab_controller import AdapterState
+    from streamgrpo.models.registry import AdapterRegistry
 
-    state = AdapterState()
+    registry_fold = AdapterRegistry(canary_share)
     for ev in reader.since(ADAPTER_TOPIC):
-        state.apply(ev, canary_share)
+        registry_fold.apply(ev)
     registry = {ev.version: ev.status.value for ev in reader.since(REGISTRY_TOPIC) if isinstance(ev, R.AdapterState)}
-    return {"published": state.latest, "primary": state.primary, "canary": state.canary}, registry
+    line = registry_fold.line(adapter_name)
+    return {"published": line.latest, "primary": line.primary, "canary": line.canary}, registry
 
 
 def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
@@ -243,7 +245,7 @@ def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: floa
     reader = Reader(kafka)
     try:
         _fill_from_topics(report, reader, readings, canary_share, window_s)
-    except KafkaException as exc:
+    except (KafkaException, TopicsError) as exc:
         raise TopicsError(f"Kafka at {report.bootstrap} did not answer ({exc}); check [kafka] bootstrap "
                           "(STREAMGRPO_KAFKA__BOOTSTRAP) or start the embedded broker") from exc
     finally:
@@ -344,11 +346,11 @@ def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tu
     Reads the topics with the [kafka] settings (embedded broker when unset) and every reachable
     metrics endpoint; a service whose endpoint does not answer is shown as DOWN.
     """
-    from streamgrpo.streams.config import StreamsSettings
+    from streamgrpo.config import LoopSettings
 
     config_path = (ctx.obj or {}).get("config_path")
     kafka = load(KafkaSettings, "kafka", path=config_path)
-    canary_share = load(StreamsSettings, "streams", path=config_path).canary_share
+    canary_share = load(LoopSettings, "loop", path=config_path).canary_share
     targets = _targets(service_ports(config_path), host, endpoints)
     while True:
         report = collect(kafka, targets, canary_share=canary_share, window_s=window_s, timeout_s=timeout_s)
