@@ -33,12 +33,12 @@ QUESTIONS = [(f"What is {a} plus {b}?", str(a + b)) for a in range(1, 5) for b i
 
 def _tiny_base(path: Path) -> None:
     """Save a tiny Llama + tokenizer trained to answer {"answer": "<random digit>"} to the planner prompt."""
+    from support.tiny_policy import build_tiny_tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from streamgrpo.rollout.config import RolloutConfig
     from streamgrpo.rollout.loop import run_groups
     from streamgrpo.rollout.policy.local import LocalPolicy
-    from support.tiny_policy import build_tiny_tokenizer
     from streamgrpo.rollout.runtime import build_context
 
     torch.manual_seed(0)

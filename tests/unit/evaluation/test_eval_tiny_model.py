@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.tiny_policy import build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
 from streamgrpo.evaluation.adapters import from_dir
@@ -17,7 +18,6 @@ from streamgrpo.judge.config import JudgeSettings
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import run_groups
 from streamgrpo.rollout.policy.local import LocalPolicy
-from support.tiny_policy import build_tiny_tokenizer
 from streamgrpo.rollout.runtime import build_context
 from streamgrpo.rollout.tools.config import ToolsSettings
 from streamgrpo.tasks.datasets import TaskRow
