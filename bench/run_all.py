@@ -32,9 +32,12 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step: log-probs of action tokens only vs full logits (SmolLM2-135M, CPU)"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
     "learning": (["bench_learning.py", "1260"], "Learning on the built-in tasks: one `streamgrpo run` on the CPU"),
+    "vllm": (["bench_vllm.py", "--group-size", "8", "--max-new-tokens", "64", "--rounds", "3"],
+             "Planner generation on a local vLLM server vs the local policy (SmolLM2-135M, N=8, CPU)"),
 }
-#: The long ones (12-25 min each) run only when named: `python bench/run_all.py trl learning`.
-LONG = ("trl", "learning")
+#: The long ones (12-25 min each) run only when named: `python bench/run_all.py trl learning`; so does `vllm`,
+#: which needs the optional server install (`make setup-vllm`).
+LONG = ("trl", "learning", "vllm")
 
 
 #: Reading notes added under a section (what the figures mean; not measured values).
@@ -52,6 +55,10 @@ NOTES: dict[str, str] = {
                     "the KL term on, 2 micro-batches); each mode in its own process. `action_only` runs the output "
                     "head on the hidden states of the action positions; `full_logits` is the previous path, "
                     "(B, T, V) logits over every prompt token. The losses are identical.",
+    "vllm": "Each round runs the four modes back to back in a rotating order (paired A/B on a shared 2-core "
+            "machine; the load average is in the table above): the same planner-sized prompt repeated N=8 times "
+            "in one call (one group's turn), vLLM with LoRA enabled as `streamgrpo run --policy vllm` starts it "
+            "(LoRA turns off vLLM's CPU graph compilation). Ratios are medians of per-round ratios.",
     "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
                "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
                "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "

@@ -47,6 +47,8 @@ class Child:
     history: list[str] = field(default_factory=list)
 
     def start(self, env: dict[str, str], log_dir: Path) -> None:
+        if self.alive():  # started ahead of the others (the vLLM server)
+            return
         self.log_path = log_dir / f"{self.name}.log"
         fh = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
         self.proc = subprocess.Popen(self.argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
@@ -129,6 +131,7 @@ class RunSettings:
     bootstrap: str | None
     config_path: str | None
     until_version: int | None = None
+    policy: str = "local"
 
 
 def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
@@ -214,7 +217,10 @@ def execute(cfg: RunSettings) -> Path:
         config_file = _write_config(cfg, run_dir)
         env = dict(os.environ, STREAMGRPO_BOOTSTRAP=bootstrap, STREAMGRPO_CONFIG=str(config_file),
                    PYTHONUNBUFFERED="1")
-        sup = Supervisor(_children(cfg, [sys.executable, "-m", "streamgrpo.cli"]), env, run_dir / "logs")
+        children = _children(cfg, [sys.executable, "-m", "streamgrpo.cli"])
+        if cfg.policy == "vllm":
+            children.insert(0, _start_vllm(env, run_dir / "logs"))
+        sup = Supervisor(children, env, run_dir / "logs")
         sup.start_all()
         click.echo(f"started {', '.join(c.name for c in sup.children)} (logs in {run_dir / 'logs'})")
         tracker = RunTracker(kafka)
@@ -235,6 +241,21 @@ def execute(cfg: RunSettings) -> Path:
         if broker is not None:
             broker.stop()
     return report_dir
+
+
+def _start_vllm(env: dict[str, str], log_dir: Path) -> Child:
+    """Start the planner's vLLM server first (stopped last), point the rollout workers at it, wait until it serves."""
+    from streamgrpo.rollout import vllm_server
+
+    env.update(vllm_server.rollout_env(f"http://127.0.0.1:{vllm_server.free_port()}/v1"))
+    server = Child("vllm", [sys.executable, "-m", "streamgrpo.rollout.vllm_server"])
+    server.start(env, log_dir)
+    try:
+        vllm_server.wait_for_run(env, alive=server.alive, log_path=server.log_path, echo=click.echo)
+    except BaseException:
+        server.stop(grace_s=20)
+        raise
+    return server
 
 
 def _submit(cfg: RunSettings, kafka: Any) -> int:
@@ -308,9 +329,13 @@ def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
 @click.option("--bootstrap", default=None, help="Use this Kafka instead of starting the embedded broker.")
 @click.option("--until-version", type=click.IntRange(1), default=None,
               help="Stop early once a rollout served by this adapter version (or newer) has completed.")
+@click.option("--policy", type=click.Choice(["local", "vllm"]), default="local", show_default=True,
+              help="Planner backend of the rollout workers. 'vllm' starts and supervises a local vLLM server "
+                   "(`make setup-vllm` installs it; [rollout] vllm_* settings) and loads each published adapter "
+                   "into it.")
 @click.pass_context
 def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit: int | None, rollout_workers: int,
-        home: Path | None, bootstrap: str | None, until_version: int | None) -> None:
+        home: Path | None, bootstrap: str | None, until_version: int | None, policy: str) -> None:
     """Run the whole training loop locally and write a report.
 
     Starts (as supervised child processes): the stream processors, the judge, rollout worker(s)
@@ -325,5 +350,5 @@ def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit:
     broker = config.load(BrokerSettings, "broker", path=(ctx.obj or {}).get("config_path"),
                          overrides={"home": home})
     cfg = RunSettings(duration, rollout_workers, broker.home, tasks, group_size, limit, bootstrap,
-                      (ctx.obj or {}).get("config_path"), until_version)
+                      (ctx.obj or {}).get("config_path"), until_version, policy)
     execute(cfg)
