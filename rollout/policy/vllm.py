@@ -39,6 +39,8 @@ Errors: 404 on generation -> :class:`AdapterNotResidentError`, except for a vers
 loaded: the server lost it (a restart), so it is loaded again from the same path and the request
 retried once. 5xx, connection errors and timeouts are retried with exponential backoff, then
 :class:`BackendUnavailableError`; other 4xx -> :class:`PolicyError` with the server's message.
+Loading an adapter: any 4xx, and a 500 (vLLM's worker refusing it, e.g. a rank above
+``--max-lora-rank``), is a final :class:`AdapterLoadError`; only 502-504 and transport errors retry.
 The API key is a ``SecretStr`` and is never logged.
 
 Not covered: streaming, per-row seeds, prompt logprobs, multi-LoRA batches in one request,
@@ -70,7 +72,10 @@ from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "token_id:"
-_RETRYABLE = {500, 502, 503, 504}
+_RETRYABLE = frozenset({500, 502, 503, 504})
+#: A 500 on load_lora_adapter is the worker refusing the adapter (e.g. "LoRA rank 32 is greater than
+#: max_lora_rank 16"): final, not retried. The gateway errors still are.
+_RETRYABLE_LOAD = frozenset({502, 503, 504})
 
 
 def parse_token(token: str) -> int:
@@ -226,8 +231,8 @@ class VLLMPolicy(PlannerPolicy):
         return [str(m["id"]) for m in response.json().get("data", [])]
 
     # -- HTTP -------------------------------------------------------------------------------------
-    def _post(self, url: str, body: dict[str, Any]) -> httpx.Response:
-        """POST with retries on 5xx / timeouts / connection errors; returns the final non-5xx response."""
+    def _post(self, url: str, body: dict[str, Any], retry: frozenset[int] = _RETRYABLE) -> httpx.Response:
+        """POST with retries on the ``retry`` statuses, timeouts and connection errors; returns the first other answer."""
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
@@ -238,7 +243,7 @@ class VLLMPolicy(PlannerPolicy):
                 last = f"{type(exc).__name__}: {exc}"
                 log.warning("vLLM %s failed (%s), attempt %d/%d", url, last, attempt + 1, self.max_retries + 1)
                 continue
-            if response.status_code not in _RETRYABLE:
+            if response.status_code not in retry:
                 return response
             last = f"HTTP {response.status_code}: {error_message(response)}"
             log.warning("vLLM %s answered %s, attempt %d/%d", url, last, attempt + 1, self.max_retries + 1)
@@ -314,7 +319,8 @@ class VLLMPolicy(PlannerPolicy):
         return choices
 
     def _load_on_server(self, name: str, path: Path) -> None:
-        response = self._post(f"{self.base_url}/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        response = self._post(f"{self.base_url}/load_lora_adapter", {"lora_name": name, "lora_path": str(path)},
+                              retry=_RETRYABLE_LOAD)
         already = response.status_code == 400 and "already been loaded" in error_message(response)
         if response.status_code != 200 and not already:
             raise AdapterLoadError(f"vLLM refused to load {name} from {path}: HTTP {response.status_code} "

@@ -122,7 +122,7 @@ def test_a_group_state_is_sent_once_with_n(server: FakeVLLM) -> None:
     fx = fixture("completions_group_n4")
     server.routes["/v1/completions"] = [answer("completions_group_n4")]
     prompt = fx["request"]["prompt"]
-    gens = policy(server).generate([prompt] * 4, R.SamplingParams(temperature=1.0, max_new_tokens=4),
+    gens = policy(server).generate([prompt] * 4, R.SamplingParams(temperature=1.0, max_new_tokens=4, seed=3),
                                    adapter_name="planner", adapter_version=0)
     assert len(server.requests) == 1 and server.requests[0][1] == fx["request"]  # model = base name for v0
     assert [len(g.token_ids) for g in gens] == [len(c["logprobs"]["tokens"]) for c in fx["response"]["choices"]]
@@ -299,3 +299,15 @@ def test_wait_ready_needs_health_and_the_served_model(server: FakeVLLM) -> None:
     assert pol.wait_ready(timeout_s=30) >= 0 and pol.served_models() == [BASE]
     with pytest.raises(BackendUnavailableError, match="not ready"):
         policy(server, model="other").wait_ready(timeout_s=0.1)
+
+
+def test_a_500_on_load_is_a_final_refusal_not_retried(server: FakeVLLM) -> None:
+    """vLLM answers an adapter above --max-lora-rank with a 500 (captured); retrying cannot help."""
+    server.routes["/v1/load_lora_adapter"] = [answer("error_500_lora_rank")]
+    pol = policy(server, max_retries=3)
+    with pytest.raises(AdapterLoadError, match="LoRA rank 32 is greater than max_lora_rank 16"):
+        pol.load_adapter("planner", 3, Path("/store/planner/v3"))
+    assert server.paths() == ["/v1/load_lora_adapter"] and pol.resident_versions("planner") == []
+    server.routes["/v1/load_lora_adapter"] = [(503, {"detail": "busy"}, 0.0), answer("load_lora_adapter_ok")]
+    pol.load_adapter("planner", 4, Path("/store/planner/v4"))  # a gateway error is retried
+    assert pol.resident_versions("planner") == [4]
