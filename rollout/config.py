@@ -54,7 +54,8 @@ class RolloutConfig(StrictModel):
                                   "(VLLM_CPU_OMP_THREADS_BIND): 'all' = every core this process may use, or vLLM's "
                                   "own syntax ('auto', 'nobind', '0-3').")
     vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="GPU server: share of GPU "
-                                                      "memory vLLM may take (unset: vLLM's default).")
+                                                      "memory vLLM may take (unset: vLLM's default, 0.9). When "
+                                                      "`run` puts the trainer on the same GPU, set e.g. 0.4.")
     vllm_max_model_len: int = Field(2048, ge=256, le=1_048_576, description="Context length of the vLLM server "
                                     "(prompt + reply); must exceed max_prompt_tokens + max_new_tokens.")
     vllm_max_lora_rank: Literal[8, 16, 32, 64, 128, 256, 512] = Field(
