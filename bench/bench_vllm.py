@@ -3,7 +3,8 @@
 One group's turn: ``generate([prompt] * N)`` with a planner-sized prompt (the tool-list system prompt of
 bench_generation.py --long-prompt plus a question that changes every round, so vLLM's prefix cache can
 keep the shared system prompt but not the question). Four modes, alternated within every round in a
-rotating order (A/B pairing on a shared machine): the local policy on the base model and on a rank-16
+rotating order (A/B pairing on a shared machine; the server is SIGSTOPped while the local policy runs, since
+an idle vLLM CPU engine keeps its cores busy -- its idle CPU use is reported): the local policy on the base model and on a rank-16
 q/k/v/o LoRA adapter (what the trainer publishes), and the same two on vLLM. The vLLM server is started
 as ``streamgrpo run --policy vllm`` starts it (LoRA on, ``--logprobs-mode processed_logprobs``; one
 server per ``--dtypes`` entry, one after the other) and stopped by pid at the end.
@@ -19,8 +20,10 @@ What is not covered: GPUs, concurrency across groups (one request at a time, as 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -75,6 +78,33 @@ def timed(policy: PlannerPolicy, prompt: list[int], n: int, version: int, sampli
     return time.perf_counter() - start, sum(len(g.token_ids) for g in gens)
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of a process group."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                ticks += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def paused(pgid: int | None) -> Any:
+    """SIGSTOP the server's process group for the block (the local policy then has the cores, as it would
+    without a server: an idle vLLM CPU engine keeps spinning), SIGCONT after."""
+    if pgid is None:
+        yield
+        return
+    os.killpg(pgid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(pgid, signal.SIGCONT)
+
+
 def group_rss_mb(pgid: int) -> float:
     """Resident memory of every process in a process group (the API server + its engine core)."""
     total = 0
@@ -99,9 +129,14 @@ def run_dtype(dtype: str, local: LocalPolicy, adapter: Path, args: argparse.Name
         policies: dict[str, tuple[PlannerPolicy, int]] = {"local_base": (local, 0), "local_adapter": (local, 1),
                                                          "vllm_base": (remote, 0), "vllm_adapter": (remote, 1)}
         warm = R.SamplingParams(temperature=1.0, max_new_tokens=4, seed=0)
+        pgid = server.pid
         for name, (policy, version) in policies.items():  # first LoRA prefill on vLLM is slow: not timed
-            t, _ = timed(policy, local.chat_prompt(messages(99)), 2, version, warm)
+            with paused(pgid if name.startswith("local") else None):
+                t, _ = timed(policy, local.chat_prompt(messages(99)), 2, version, warm)
             print(f"[{dtype}] warm-up {name}: {t:.1f}s", file=sys.stderr, flush=True)
+        cpu0 = group_cpu_s(pgid or 0)
+        time.sleep(10)
+        idle_cores = (group_cpu_s(pgid or 0) - cpu0) / 10
         rates: dict[str, list[float]] = {name: [] for name in policies}
         order = list(policies)
         for r in range(args.rounds):
@@ -109,7 +144,8 @@ def run_dtype(dtype: str, local: LocalPolicy, adapter: Path, args: argparse.Name
             sampling = R.SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=100 + r)
             for name in order[r % len(order):] + order[:r % len(order)]:  # rotate who goes first
                 policy, version = policies[name]
-                secs, toks = timed(policy, prompt, args.group_size, version, sampling)
+                with paused(pgid if name.startswith("local") else None):
+                    secs, toks = timed(policy, prompt, args.group_size, version, sampling)
                 rates[name].append(toks / secs)
                 print(f"[{dtype}] round {r} {name}: {toks} tokens in {secs:.1f}s ({toks / secs:.1f}/s)",
                       file=sys.stderr, flush=True)
@@ -117,7 +153,8 @@ def run_dtype(dtype: str, local: LocalPolicy, adapter: Path, args: argparse.Name
         remote.close()
     ratio = {f"{m}_vs_local_{m}": round(statistics.median(
         v / lo for v, lo in zip(rates[f"vllm_{m}"], rates[f"local_{m}"], strict=True)), 2) for m in ("base", "adapter")}
-    return {"startup_s": round(startup, 1), "server_rss_mb": rss, "ratio_median_of_rounds": ratio,
+    return {"startup_s": round(startup, 1), "server_rss_mb": rss, "server_idle_cpu_cores": round(idle_cores, 2),
+            "ratio_median_of_rounds": ratio,
             "tokens_per_s_median": {k: round(statistics.median(v), 1) for k, v in rates.items()},
             "tokens_per_s_rounds": {k: [round(x, 1) for x in v] for k, v in rates.items()}}
 
