@@ -58,7 +58,11 @@ NOTES: dict[str, str] = {
     "vllm": "Each round runs the four modes back to back in a rotating order (paired A/B on a shared 2-core "
             "machine; the load average is in the table above): the same planner-sized prompt repeated N=8 times "
             "in one call (one group's turn), vLLM with LoRA enabled as `streamgrpo run --policy vllm` starts it "
-            "(LoRA turns off vLLM's CPU graph compilation). Ratios are medians of per-round ratios.",
+            "(LoRA turns off vLLM's CPU graph compilation); the server is paused (SIGSTOP) while the local policy "
+            "runs. Ratios are medians of per-round ratios. Both sides use both cores (torch's default 2 threads; "
+            "vLLM bound to cores 0-1): on a machine shared with other sessions (load average 5-8) every absolute "
+            "figure here is several times below a quiet machine's (the generation section above, 1 thread) -- "
+            "compare the columns of one row, not with other sections.",
     "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
                "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
                "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "
