@@ -49,7 +49,7 @@ class RolloutConfig(StrictModel):
     vllm_python: Path | None = Field(None, description="Python of the vLLM virtualenv (default: .venv-vllm/bin/python "
                                      "in the working directory or the source checkout; `make setup-vllm` makes it).")
     vllm_kv_cache_gib: int = Field(2, ge=1, le=1024, description="KV cache of a CPU server in GiB "
-                                   "(VLLM_CPU_KVCACHE_SPACE); the server takes about this plus 1.5 GiB.")
+                                   "(VLLM_CPU_KVCACHE_SPACE); the server takes about this plus 2.5 GiB (4.6 GiB RSS measured at 2).")
     vllm_cpu_threads: str = Field("all", description="Cores of a CPU server's compute threads "
                                   "(VLLM_CPU_OMP_THREADS_BIND): 'all' = every core this process may use, or vLLM's "
                                   "own syntax ('auto', 'nobind', '0-3').")
