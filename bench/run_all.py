@@ -35,9 +35,12 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "math_agreement": (["bench_math_agreement.py"], "Math judge: v1 (own parser) vs v2 (math-verify) on the case table"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
     "learning": (["bench_learning.py", "1260"], "Learning on the built-in tasks: one `streamgrpo run` on the CPU"),
+    "vllm": (["bench_vllm.py", "--group-size", "8", "--max-new-tokens", "64", "--rounds", "3"],
+             "Planner generation on a local vLLM server vs the local policy (SmolLM2-135M, N=8, CPU)"),
 }
-#: The long ones (12-25 min each) run only when named: `python bench/run_all.py trl learning`.
-LONG = ("trl", "learning")
+#: The long ones (12-25 min each) run only when named: `python bench/run_all.py trl learning`; so does `vllm`,
+#: which needs the optional server install (`make setup-vllm`).
+LONG = ("trl", "learning", "vllm")
 
 
 #: Reading notes added under a section (what the figures mean; not measured values).
@@ -74,6 +77,14 @@ NOTES: dict[str, str] = {
                       "inputs (unbounded there). The v2 rows that differ from it are the judge's adapter (bare "
                       "LaTeX and expressions read whole) and its documented overrides (judge/scorers/math.py). "
                       "The per-check time of v2 includes the round trip to its isolated process.",
+    "vllm": "Each round runs the four modes back to back in a rotating order (paired A/B on a shared 2-core "
+            "machine; the load average is in the table above): the same planner-sized prompt repeated N=8 times "
+            "in one call (one group's turn), vLLM with LoRA enabled as `streamgrpo run --policy vllm` starts it "
+            "(LoRA turns off vLLM's CPU graph compilation); the server is paused (SIGSTOP) while the local policy "
+            "runs. Ratios are medians of per-round ratios. Both sides use both cores (torch's default 2 threads; "
+            "vLLM bound to cores 0-1): on a machine shared with other sessions (load average 5-8) every absolute "
+            "figure here is several times below a quiet machine's (the generation section above, 1 thread) -- "
+            "compare the columns of one row, not with other sections.",
     "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
                "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
                "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "

@@ -49,6 +49,8 @@ class Child:
     history: list[str] = field(default_factory=list)
 
     def start(self, env: dict[str, str], log_dir: Path) -> None:
+        if self.alive():  # started ahead of the others (the vLLM server)
+            return
         self.log_path = log_dir / f"{self.name}.log"
         fh = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
         self.proc = subprocess.Popen(self.argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
@@ -134,6 +136,7 @@ class RunSettings:
     config_path: str | None
     until_version: int | None = None
     final_eval: bool = True
+    policy: str = "local"
 
 
 def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
@@ -222,6 +225,8 @@ def execute(cfg: RunSettings) -> Path:
 
         evaluator = config.load(EvaluatorSettings, "evaluator", path=config_file)
         children = _children(cfg, [sys.executable, "-m", "streamgrpo.cli"], evaluator.enabled)
+        if cfg.policy == "vllm":
+            children.insert(0, _start_vllm(env, run_dir / "logs"))
         sup = Supervisor(children, env, run_dir / "logs")
         sup.start_all()
         click.echo(f"started {', '.join(c.name for c in sup.children)} (logs in {run_dir / 'logs'})")
@@ -245,6 +250,21 @@ def execute(cfg: RunSettings) -> Path:
         if broker is not None:
             broker.stop()
     return report_dir
+
+
+def _start_vllm(env: dict[str, str], log_dir: Path) -> Child:
+    """Start the planner's vLLM server first (stopped last), point the rollout workers at it, wait until it serves."""
+    from streamgrpo.rollout import vllm_server
+
+    env.update(vllm_server.rollout_env(f"http://127.0.0.1:{vllm_server.free_port()}/v1"))
+    server = Child("vllm", [sys.executable, "-m", "streamgrpo.rollout.vllm_server"])
+    server.start(env, log_dir)
+    try:
+        vllm_server.wait_for_run(env, alive=server.alive, log_path=server.log_path, echo=click.echo)
+    except BaseException:
+        server.stop(grace_s=20)
+        raise
+    return server
 
 
 def _submit(cfg: RunSettings, kafka: KafkaSettings) -> int:
@@ -385,9 +405,13 @@ def _loop_lines(loop: dict[str, Any]) -> list[str]:
 @click.option("--final-eval/--no-final-eval", default=True, show_default=True,
               help="At the end, evaluate the base model and the last adapter on the full held-out split "
                    "([evaluator] tasks) and put the result in the report.")
+@click.option("--policy", type=click.Choice(["local", "vllm"]), default="local", show_default=True,
+              help="Planner backend of the rollout workers. 'vllm' starts and supervises a local vLLM server "
+                   "(`make setup-vllm` installs it; [rollout] vllm_* settings) and loads each published adapter "
+                   "into it.")
 @click.pass_context
 def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit: int | None, rollout_workers: int,
-        home: Path | None, bootstrap: str | None, until_version: int | None, final_eval: bool) -> None:
+        home: Path | None, bootstrap: str | None, until_version: int | None, final_eval: bool, policy: str) -> None:
     """Run the whole training loop locally and write a report.
 
     Starts (as supervised child processes): the stream processors, the judge, rollout worker(s)
@@ -402,5 +426,5 @@ def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit:
     broker = config.load(BrokerSettings, "broker", path=(ctx.obj or {}).get("config_path"),
                          overrides={"home": home})
     cfg = RunSettings(duration, rollout_workers, broker.home, tasks, group_size, limit, bootstrap,
-                      (ctx.obj or {}).get("config_path"), until_version, final_eval)
+                      (ctx.obj or {}).get("config_path"), until_version, final_eval, policy)
     execute(cfg)

@@ -41,6 +41,37 @@ class RolloutConfig(StrictModel):
     vllm_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible base URL of the vLLM server.")
     vllm_model: str | None = Field(None, description="Base model name served by vLLM (default: `model`).")
     vllm_api_key: SecretStr | None = Field(None, description="API key of the vLLM server (never logged).")
+    vllm_wait_s: float = Field(600.0, ge=0, le=7200, description="How long a worker waits at start for the vLLM "
+                               "server to serve the base model (a server loads in 1-3 min on a CPU).")
+    # -- the vLLM server `streamgrpo run --policy vllm` starts (see rollout/vllm_server.py) ---------
+    vllm_dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32", description="dtype of the vLLM server, recorded in every PlannerAction.engine ('vllm/<dtype>'). "
+        "float32: behaviour logprobs match the trainer's fp32 recomputation (measured max 4e-5); bfloat16: a "
+        "0.13-0.16 max / 0.03 mean mismatch that the trainer's importance ratio must correct. Describes an "
+        "external server too: set it to what that server runs.")
+    vllm_python: Path | None = Field(None, description="Python of the vLLM virtualenv (default: .venv-vllm/bin/python "
+                                     "in the working directory or the source checkout; `make setup-vllm` makes it).")
+    vllm_kv_cache_gib: int = Field(2, ge=1, le=1024, description="KV cache of a CPU server in GiB "
+                                   "(VLLM_CPU_KVCACHE_SPACE); the server takes about this plus 2.5 GiB (4.6 GiB RSS measured at 2).")
+    vllm_cpu_threads: str = Field("all", description="Cores of a CPU server's compute threads "
+                                  "(VLLM_CPU_OMP_THREADS_BIND): 'all' = every core this process may use, or vLLM's "
+                                  "own syntax ('auto', 'nobind', '0-3').")
+    vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="GPU server: share of GPU "
+                                                      "memory vLLM may take (unset: vLLM's default, 0.9). When "
+                                                      "`run` puts the trainer on the same GPU, set e.g. 0.4.")
+    vllm_max_model_len: int = Field(2048, ge=256, le=1_048_576, description="Context length of the vLLM server "
+                                    "(prompt + reply); must exceed max_prompt_tokens + max_new_tokens.")
+    vllm_max_lora_rank: Literal[8, 16, 32, 64, 128, 256, 512] = Field(
+        16, description="Largest LoRA rank the server accepts (>= the trainer's lora_rank). On a CPU keep it small: "
+        "rank 64 on every layer stalled ~22 s per uncached prefill.")
+    vllm_max_loras: int = Field(4, ge=1, le=64, description="Adapter versions the server can batch at once.")
+    vllm_lora_target_modules: list[str] = Field(
+        default_factory=lambda: ["qkv_proj", "o_proj"], description="Modules the server applies LoRA to (vLLM packs "
+        "q/k/v into qkv_proj); must cover the trainer's lora_target_modules. Empty: every supported module.")
+    vllm_extra_args: list[str] = Field(default_factory=list, description="More `vllm serve` arguments, appended "
+                                       "as given (e.g. ['--max-num-seqs', '16']).")
+    vllm_start_timeout_s: float = Field(900.0, gt=0, le=7200, description="How long `run` waits for its vLLM "
+                                        "server to become ready before giving up.")
     # -- fixed (untrained) role model ------------------------------------------------------------
     role_backend: Literal["local", "openai"] = Field(
         "local", description="Model of the executor/verifier/synthesiser/analysis in 'model' mode: 'local' = the "

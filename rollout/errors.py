@@ -35,3 +35,7 @@ class BackendUnavailableError(PolicyError):
 
 class AdapterRefusedError(RolloutError):
     """An announced adapter was refused (sha256 mismatch, missing files, unsupported uri)."""
+
+
+class VLLMServerError(RolloutError):
+    """A vLLM server this process starts could not be started, did not become ready, or died."""

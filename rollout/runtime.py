@@ -6,7 +6,8 @@ verifier, synthesiser and analysis (only when one of them runs in ``model`` mode
 ``generalist`` tool is enabled); :func:`build_context` assembles the :class:`LoopContext`.
 
 Heavy imports (torch, transformers, openai) happen inside the factories, so importing this module
-is cheap. What is not covered: starting a vLLM server (deploy it; see k8s/).
+is cheap. What is not covered: starting a vLLM server (:mod:`.vllm_server` does, for `run --policy vllm`;
+k8s/ deploys one).
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ def _local_policy(cfg: RolloutConfig) -> PlannerPolicy:
 
 
 def _vllm_policy(cfg: RolloutConfig) -> PlannerPolicy:
+    from streamgrpo.models.base import resolve_base_model
     from streamgrpo.rollout.policy.vllm import VLLMPolicy
 
-    return VLLMPolicy(base_url=cfg.vllm_url, model=cfg.vllm_model or cfg.model, api_key=cfg.vllm_api_key,
-                      tokenizer=cfg.model, keep_last=cfg.keep_resident)
+    tokenizer = str(resolve_base_model(cfg.model, cfg.model_cache_dir))  # local: cuts replies from token ids
+    policy = VLLMPolicy(base_url=cfg.vllm_url, model=cfg.vllm_model or cfg.model, api_key=cfg.vllm_api_key,
+                        tokenizer=tokenizer, keep_last=cfg.keep_resident, dtype=cfg.vllm_dtype)
+    policy.wait_ready(cfg.vllm_wait_s)  # a worker may start before its server has loaded the model
+    return policy
 
 
 #: policy backend name -> factory(config)

@@ -13,7 +13,8 @@ trainer's recomputation over (prompt + action) tokens stays exact.
 
 How each backend applies it:
 - :class:`~.local.LocalPolicy` stops a row during sampling (it stops paying for the rest).
-- :class:`~.vllm.VLLMPolicy` cuts the returned tokens at the same place with ``text_offset``; the
+- :class:`~.vllm.VLLMPolicy` cuts the returned tokens at the same place, scanning the sampled token
+  ids decoded one by one (never vLLM's ``text_offset``, which is wrong with token-id output); the
   server still generates the tail (a brace-balanced stop cannot be expressed as vLLM stop strings).
 
 What is covered: nested objects and arrays, braces inside strings, escaped quotes. What is not:
@@ -22,7 +23,6 @@ single-quoted pseudo-JSON (a repaired reply that never closes runs to ``max_new_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -84,14 +84,3 @@ class JsonScanner:
                     return index + 1
         return None
 
-
-def cut_at_offsets(rule: JsonObjectEnd, text: str, offsets: Sequence[int]) -> int | None:
-    """Number of tokens to keep when token ``i`` starts at character ``offsets[i]`` of ``text``.
-
-    None when the object does not close within ``text`` (keep everything).
-    """
-    end = rule.end_of(text)
-    if end is None:
-        return None
-    # keep every token that starts before the end character; the closing token is the last of them
-    return sum(1 for offset in offsets if offset < end)

@@ -9,26 +9,43 @@ Only vLLM's documented server surface is used (no patches):
   seed); one HTTP request per distinct repeat count, normally exactly one.
 - The adapter is selected with ``model=f"{name}@v{version}"`` (``model`` = the base name for v0).
 - ``POST {base_url}/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and
-  ``POST {base_url}/unload_lora_adapter`` ``{"lora_name"}``. The server must run with
-  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and ``--enable-lora --max-loras K --max-lora-rank R``;
-  ``lora_path`` must be readable BY THE SERVER (shared volume), it is not uploaded.
+  ``POST {base_url}/unload_lora_adapter`` ``{"lora_name"}``; ``lora_path`` must be readable BY THE
+  SERVER (shared volume), it is not uploaded. Adapters load as the trainer stores them (peft, q/k/v/o).
 - ``chat_prompt`` applies the chat template with a local tokenizer when one is given, else with the
   server's ``POST /tokenize`` (at the server root, ``{"model", "messages", "add_generation_prompt"}``).
 
-Logprob semantics (read before training on vLLM samples): by default vLLM returns RAW logprobs
-(before temperature). Start the server with ``--logprobs-mode processed_logprobs`` so the
-returned values are those of the distribution actually sampled from (after temperature). With
-``top_p < 1`` vLLM's processed logprobs are renormalised over the nucleus, whereas
-:class:`~.local.LocalPolicy` and the trainer use the full temperature-scaled distribution: train
-vLLM samples with ``top_p = 1`` (a warning is logged otherwise); the trainer's clipped importance
-ratio absorbs the remaining numeric mismatch (bf16 kernels).
+Server requirements (what :mod:`streamgrpo.rollout.vllm_server` starts and k8s/ deploys):
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; ``--enable-lora --max-loras K --max-lora-rank R
+--lora-target-modules qkv_proj o_proj`` (R >= the trainer's rank; vLLM's packed qkv_proj covers
+q, k and v); ``--logprobs-mode processed_logprobs`` and ``--generation-config vllm``.
 
-Errors: 404 on generation -> :class:`AdapterNotResidentError` (server lost the adapter); 5xx,
-connection errors and timeouts are retried with exponential backoff, then
+Logprob semantics (read before training on vLLM samples): by default vLLM returns RAW logprobs
+(before temperature). With ``--logprobs-mode processed_logprobs`` the returned values are those of
+the distribution actually sampled from (after temperature); ``--generation-config vllm`` keeps the
+model's generation_config.json from adding a top_k or repetition penalty. With ``top_p < 1`` vLLM's
+processed logprobs are renormalised over the nucleus, whereas :class:`~.local.LocalPolicy` and the
+trainer use the full temperature-scaled distribution: train vLLM samples with ``top_p = 1`` (a
+warning is logged otherwise). A float32 server agrees with the trainer's float32 recomputation to
+~4e-5 (max, measured on SmolLM2, with and without an adapter; the integration tests hold it to
+1e-3); a bfloat16 server differs by up to ~0.15. Every :class:`Generation` says which it was
+(``engine="vllm/<dtype>"``, recorded as ``PlannerAction.engine``).
+
+Stopping at the end of the JSON object (:mod:`.stopping`): the cut is computed from the sampled
+TOKEN IDS, each decoded alone with the local tokenizer, never from the response's ``text_offset``:
+with ``return_tokens_as_token_ids=true`` vLLM (0.32) computes ``text_offset`` over the
+``"token_id:N"`` strings, not over the text. Without a local tokenizer replies are not cut (warned once).
+
+Errors: 404 on generation -> :class:`AdapterNotResidentError`, except for a version this policy
+loaded: the server lost it (a restart), so it is loaded again from the same path and the request
+retried once. 5xx, connection errors and timeouts are retried with exponential backoff, then
 :class:`BackendUnavailableError`; other 4xx -> :class:`PolicyError` with the server's message.
+Loading an adapter: any 4xx, and a 500 (vLLM's worker refusing it, e.g. a rank above
+``--max-lora-rank``), is a final :class:`AdapterLoadError`; only 502-504 and transport errors retry.
 The API key is a ``SecretStr`` and is never logged.
 
-Not covered: streaming, per-row seeds, prompt logprobs, multi-LoRA batches in one request.
+Not covered: streaming, per-row seeds, prompt logprobs, multi-LoRA batches in one request,
+re-verifying an adapter's sha256 when it is reloaded after a server restart (the store's versions
+are immutable; the follower verified it before the first load).
 """
 
 from __future__ import annotations
@@ -50,12 +67,15 @@ from streamgrpo.rollout.errors import (
     PolicyError,
 )
 from streamgrpo.rollout.policy.base import BASE_VERSION, Generation, PlannerPolicy, served_name
-from streamgrpo.rollout.policy.stopping import JsonObjectEnd, cut_at_offsets
+from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 
 log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "token_id:"
-_RETRYABLE = {500, 502, 503, 504}
+_RETRYABLE = frozenset({500, 502, 503, 504})
+#: A 500 on load_lora_adapter is the worker refusing the adapter (e.g. "LoRA rank 32 is greater than
+#: max_lora_rank 16"): final, not retried. The gateway errors still are.
+_RETRYABLE_LOAD = frozenset({502, 503, 504})
 
 
 def parse_token(token: str) -> int:
@@ -66,11 +86,27 @@ def parse_token(token: str) -> int:
     return int(token[len(TOKEN_PREFIX):])
 
 
-def parse_choice(choice: dict[str, Any], stop: JsonObjectEnd | None = None) -> tuple[str, list[int], list[float]]:
+def tokens_to_keep(stop: JsonObjectEnd, ids: list[int], tokenizer: Any) -> int | None:
+    """How many of ``ids`` to keep: up to and including the token that closes the JSON object.
+
+    Each token is decoded ALONE (braces, quotes and backslashes are ASCII, so they come out exactly;
+    part of a multi-byte character decodes to U+FFFD, which is not structural), as in
+    :class:`~.local.LocalPolicy`. None when the object does not close within ``ids``.
+    """
+    scanner = stop.scanner()
+    for index, piece in enumerate(tokenizer.batch_decode([[t] for t in ids], skip_special_tokens=True)):
+        if scanner.feed(piece) is not None:
+            return index + 1
+    return None
+
+
+def parse_choice(choice: dict[str, Any], stop: JsonObjectEnd | None = None,
+                 tokenizer: Any = None) -> tuple[str, list[int], list[float]]:
     """One completion choice -> (text, sampled token ids, their logprobs), cut where ``stop`` says.
 
-    The cut uses the choice's ``text_offset`` (start character of each token in ``text``); a choice
-    without offsets is kept whole (logged once per process).
+    The cut comes from the token ids decoded with ``tokenizer`` (see :func:`tokens_to_keep`); the cut
+    text is those tokens decoded (special tokens skipped, like the server's text). Without a
+    tokenizer the choice is kept whole (warned once per process).
     """
     lp = choice.get("logprobs") or {}
     tokens, values = lp.get("tokens"), lp.get("token_logprobs")
@@ -79,20 +115,18 @@ def parse_choice(choice: dict[str, Any], stop: JsonObjectEnd | None = None) -> t
     text, ids, logprobs = str(choice.get("text", "")), [parse_token(t) for t in tokens], [float(v) for v in values]
     if stop is None:
         return text, ids, logprobs
-    offsets = lp.get("text_offset")
-    if offsets is None or len(offsets) != len(ids):
-        _warn_no_offsets()
+    if tokenizer is None:
+        _warn_no_tokenizer()
         return text, ids, logprobs
-    keep = cut_at_offsets(stop, text, offsets)
+    keep = tokens_to_keep(stop, ids, tokenizer)
     if keep is None or keep >= len(ids):
         return text, ids, logprobs
-    end = offsets[keep] if keep < len(offsets) else len(text)
-    return text[:end], ids[:keep], logprobs[:keep]
+    return str(tokenizer.decode(ids[:keep], skip_special_tokens=True)), ids[:keep], logprobs[:keep]
 
 
 @functools.cache
-def _warn_no_offsets() -> None:
-    log.warning("vLLM returned no text_offset; planner replies are not cut at the end of their JSON object")
+def _warn_no_tokenizer() -> None:
+    log.warning("VLLMPolicy has no local tokenizer; planner replies are not cut at the end of their JSON object")
 
 
 def error_message(response: httpx.Response) -> str:
@@ -142,9 +176,11 @@ class VLLMPolicy(PlannerPolicy):
 
     def __init__(self, base_url: str, model: str, api_key: SecretStr | str | None = None, timeout: float = 120.0, *,
                  keep_last: int = 4, max_retries: int = 3, backoff_s: float = 0.5, tokenizer: Any = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        """``tokenizer``: None (use the server's ``/tokenize``), a tokenizer object, or a model name/path
-        whose tokenizer is loaded locally (resolved like the local policy's base model, never downloaded)."""
+                 dtype: str | None = None, transport: httpx.BaseTransport | None = None) -> None:
+        """``tokenizer``: None (use the server's ``/tokenize``; replies are then not cut), a tokenizer
+        object, or a model name/path whose tokenizer is loaded locally (resolved like the local policy's
+        base model, never downloaded). ``dtype``: what the server computes in, recorded as
+        ``engine="vllm/<dtype>"`` on every generation (``"vllm"`` when unknown)."""
         super().__init__(keep_last)
         if isinstance(api_key, str):
             api_key = SecretStr(api_key)
@@ -153,19 +189,50 @@ class VLLMPolicy(PlannerPolicy):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.base_model = model
+        self.engine = f"vllm/{dtype}" if dtype else "vllm"
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.tokenizer = tokenizer
+        self._api_key = api_key
         headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key is not None else {}
         self._http = httpx.Client(timeout=timeout, headers=headers, transport=transport)
         self._warned_top_p = False
+        self._paths: dict[tuple[str, int], Path] = {}  # what this policy loaded, to reload after a restart
 
     def close(self) -> None:
         self._http.close()
 
+    def wait_ready(self, timeout_s: float) -> float:
+        """Block until the server serves the base model (``/health`` + ``/v1/models``); returns the seconds
+        waited. Raises :class:`BackendUnavailableError` after ``timeout_s``."""
+        from streamgrpo.rollout.errors import VLLMServerError
+        from streamgrpo.rollout.vllm_server import wait_ready
+
+        key = self._api_key.get_secret_value() if self._api_key is not None else None
+
+        def progress(elapsed: float, reason: str) -> None:
+            if int(elapsed) % 30 < 2:
+                log.info("waiting for vLLM at %s to serve %s (%.0f s: %s)", self.base_url, self.model, elapsed,
+                         reason)
+
+        try:
+            return wait_ready(self.base_url, self.model, timeout_s=timeout_s, api_key=key, on_wait=progress)
+        except VLLMServerError as exc:
+            raise BackendUnavailableError(str(exc)) from exc
+
+    def served_models(self) -> list[str]:
+        """Names the server serves now (the base model and every loaded adapter), from ``GET /v1/models``."""
+        try:
+            response = self._http.get(f"{self.base_url}/models")
+        except httpx.HTTPError as exc:
+            raise BackendUnavailableError(f"vLLM at {self.base_url} did not answer /v1/models: {exc}") from exc
+        if response.status_code != 200:
+            raise PolicyError(f"vLLM /v1/models answered {response.status_code}: {error_message(response)}")
+        return [str(m["id"]) for m in response.json().get("data", [])]
+
     # -- HTTP -------------------------------------------------------------------------------------
-    def _post(self, url: str, body: dict[str, Any]) -> httpx.Response:
-        """POST with retries on 5xx / timeouts / connection errors; returns the final non-5xx response."""
+    def _post(self, url: str, body: dict[str, Any], retry: frozenset[int] = _RETRYABLE) -> httpx.Response:
+        """POST with retries on the ``retry`` statuses, timeouts and connection errors; returns the first other answer."""
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
@@ -176,7 +243,7 @@ class VLLMPolicy(PlannerPolicy):
                 last = f"{type(exc).__name__}: {exc}"
                 log.warning("vLLM %s failed (%s), attempt %d/%d", url, last, attempt + 1, self.max_retries + 1)
                 continue
-            if response.status_code not in _RETRYABLE:
+            if response.status_code not in retry:
                 return response
             last = f"HTTP {response.status_code}: {error_message(response)}"
             log.warning("vLLM %s answered %s, attempt %d/%d", url, last, attempt + 1, self.max_retries + 1)
@@ -203,22 +270,36 @@ class VLLMPolicy(PlannerPolicy):
             log.warning("top_p=%s < 1 on vLLM: processed logprobs are renormalised over the nucleus and differ "
                         "from the trainer's full-distribution logprobs; use top_p=1 for training", sampling.top_p)
             self._warned_top_p = True
-        model = self.model if adapter_version == BASE_VERSION else served_name(adapter_name, adapter_version)
         start = time.perf_counter()
         self._slots.pin(adapter_name, adapter_version)  # raises AdapterNotResidentError
         try:
             results: dict[int, tuple[str, list[int], list[float]]] = {}
             for distinct, n, rows in plan_requests(prompts):
-                choices = self._complete(model, distinct, n, sampling)
+                choices = self._complete_resident(adapter_name, adapter_version, distinct, n, sampling)
                 for p_idx, row_ids in enumerate(rows):
                     for j, row in enumerate(row_ids):
-                        results[row] = parse_choice(choices[p_idx * n + j], stop)
+                        results[row] = parse_choice(choices[p_idx * n + j], stop, self.tokenizer)
         finally:
             self._slots.unpin(adapter_name, adapter_version)
         latency = int((time.perf_counter() - start) * 1000)
         return [Generation(prompt_token_ids=list(p), text=results[i][0], token_ids=results[i][1],
                            logprobs=results[i][2], adapter_name=adapter_name, adapter_version=adapter_version,
-                           latency_ms=latency) for i, p in enumerate(prompts)]
+                           latency_ms=latency, engine=self.engine) for i, p in enumerate(prompts)]
+
+    def _complete_resident(self, adapter_name: str, version: int, prompts: list[list[int]], n: int,
+                           sampling: R.SamplingParams) -> list[dict]:
+        """:meth:`_complete` on ``adapter_name@v{version}``; a version the server lost (it restarted) while
+        this policy holds it resident is loaded again from its path and the request retried once."""
+        model = self.model if version == BASE_VERSION else served_name(adapter_name, version)
+        try:
+            return self._complete(model, prompts, n, sampling)
+        except AdapterNotResidentError:
+            path = self._paths.get((adapter_name, version))
+            if path is None:
+                raise
+            log.warning("vLLM no longer serves %s (server restarted?); loading it again from %s", model, path)
+            self._load_on_server(model, path)
+            return self._complete(model, prompts, n, sampling)
 
     def _complete(self, model: str, prompts: list[list[int]], n: int, sampling: R.SamplingParams) -> list[dict]:
         body: dict[str, Any] = {"model": model, "prompt": prompts if len(prompts) > 1 else prompts[0], "n": n,
@@ -237,18 +318,23 @@ class VLLMPolicy(PlannerPolicy):
             raise PolicyError(f"vLLM returned {len(choices)} choices for {len(prompts)} prompts x n={n}")
         return choices
 
+    def _load_on_server(self, name: str, path: Path) -> None:
+        response = self._post(f"{self.base_url}/load_lora_adapter", {"lora_name": name, "lora_path": str(path)},
+                              retry=_RETRYABLE_LOAD)
+        already = response.status_code == 400 and "already been loaded" in error_message(response)
+        if response.status_code != 200 and not already:
+            raise AdapterLoadError(f"vLLM refused to load {name} from {path}: HTTP {response.status_code} "
+                                   f"{error_message(response)} (is VLLM_ALLOW_RUNTIME_LORA_UPDATING=True set, the "
+                                   "path visible to the server, and the rank <= --max-lora-rank?)")
+
     def load_adapter(self, adapter_name: str, version: int, path: Path) -> None:
         if version <= BASE_VERSION:
             raise AdapterLoadError(f"adapter versions start at 1 (0 is the base model), got {version}")
         if self._slots.is_resident(adapter_name, version):
             return
         name = served_name(adapter_name, version)
-        response = self._post(f"{self.base_url}/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
-        already = response.status_code == 400 and "already been loaded" in error_message(response)
-        if response.status_code != 200 and not already:
-            raise AdapterLoadError(f"vLLM refused to load {name} from {path}: HTTP {response.status_code} "
-                                   f"{error_message(response)} (is VLLM_ALLOW_RUNTIME_LORA_UPDATING=True set and "
-                                   "the path visible to the server?)")
+        self._load_on_server(name, path)
+        self._paths[(adapter_name, version)] = Path(path)
         self._slots.add(adapter_name, version)
         log.info("adapter %s loaded on vLLM from %s", name, path)
         self._evict(adapter_name)
@@ -257,11 +343,13 @@ class VLLMPolicy(PlannerPolicy):
         if version == BASE_VERSION or not self._slots.is_resident(adapter_name, version):
             return
         self._slots.remove(adapter_name, version)  # raises AdapterInUseError when pinned
+        self._paths.pop((adapter_name, version), None)
         name = served_name(adapter_name, version)
         response = self._post(f"{self.base_url}/unload_lora_adapter", {"lora_name": name})
         if response.status_code not in (200, 400, 404):  # 400/404: the server no longer has it
             raise AdapterLoadError(f"vLLM could not unload {name}: HTTP {response.status_code} "
                                    f"{error_message(response)}")
+        log.info("adapter %s unloaded from vLLM", name)
 
     def resident_versions(self, adapter_name: str) -> list[int]:
         return self._slots.versions(adapter_name)

@@ -1,4 +1,5 @@
-"""Stopping a planner reply at the end of its JSON object: the scanner, the sampler, both backends."""
+"""Stopping a planner reply at the end of its JSON object: the scanner and the local sampler (the vLLM
+cut is tested in test_policy_vllm.py and against a real server in tests/integration/test_vllm_policy.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
 from streamgrpo.rollout.policy.local import LocalPolicy
-from streamgrpo.rollout.policy.stopping import JsonObjectEnd, cut_at_offsets
-from streamgrpo.rollout.policy.vllm import parse_choice
+from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
+
+from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 
 
 @pytest.mark.parametrize(("prefix", "reply", "end"), [
@@ -31,25 +33,6 @@ def test_scanner_is_incremental_and_stops_once() -> None:
     pieces = ['tool', '": "', 'calc', '"', ', "input": "1', '+1"', '}\n', '{"x": 1}']
     fed = [scanner.feed(p) for p in pieces]
     assert fed == [None, None, None, None, None, None, 1, None]  # closed by the '}' of the 7th piece only
-
-
-def test_cut_at_offsets_keeps_the_closing_token() -> None:
-    text = 'answer": "4"} and more'
-    offsets = [0, 6, 9, 12, 13, 17]  # tokens: 'answer' '": "' '4"' '}' ' and' ' more'
-    assert cut_at_offsets(JsonObjectEnd('{"'), text, offsets) == 4
-    assert cut_at_offsets(JsonObjectEnd('{"'), 'answer": "4', [0, 6, 9]) is None
-
-
-def test_vllm_choice_is_cut_at_the_end_of_the_object() -> None:
-    choice = {"index": 0, "text": 'answer": "4"}\nExplanation',
-              "logprobs": {"tokens": [f"token_id:{i}" for i in (10, 11, 12, 13, 14)],
-                           "token_logprobs": [-0.1, -0.2, -0.3, -0.4, -0.5],
-                           "text_offset": [0, 6, 9, 12, 14]}}  # '}\n' is one token
-    text, ids, lps = parse_choice(choice, JsonObjectEnd('{"'))
-    assert (text, ids, lps) == ('answer": "4"}\n', [10, 11, 12, 13], [-0.1, -0.2, -0.3, -0.4])
-    assert parse_choice(choice)[1] == [10, 11, 12, 13, 14]  # no rule: untouched
-    no_offsets = {**choice, "logprobs": {k: v for k, v in choice["logprobs"].items() if k != "text_offset"}}
-    assert parse_choice(no_offsets, JsonObjectEnd('{"'))[1] == [10, 11, 12, 13, 14]  # kept whole (warned)
 
 
 def test_local_policy_stops_each_row_where_its_object_closes() -> None:

