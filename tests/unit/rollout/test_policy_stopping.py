@@ -8,8 +8,6 @@ from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
 from streamgrpo.rollout.policy.local import LocalPolicy
-from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
-
 from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 
 
