@@ -19,7 +19,7 @@ from fixtures.vllm.support import require_vllm
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
-from streamgrpo.topics.consumer import read_topic
+from streamgrpo.topics.follow import read_topic
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.broker, pytest.mark.model, pytest.mark.timeout(1800)]
 
