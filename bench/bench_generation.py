@@ -19,6 +19,9 @@ Configurations (``CONFIGS``), each one step more than the one before:
 - ``fast_fp32``: + the prefix store across calls (the default where bf16 is not fast);
 - ``fast_bf16``: the same in bfloat16 (the default on AMX CPUs and GPUs).
 
+Turn-1 calls (one shared prompt) are mostly decoding; later turns (a prompt per row) are mostly
+prefill, so their speed-ups are reported apart as well (``n8_turn1_*``, ``n8_later_*``).
+
     python bench/bench_generation.py --threads 1 --groups 4 --max-turns 2
 
 What is covered: wall-clock tokens/s of generate() on the CPU, in one process (the model loaded
@@ -147,7 +150,7 @@ def logprob_gap(reference: Any, gens: Sequence[Any], temperature: float) -> list
 
 def replay(policies: dict[str, LocalPolicy], calls: list[Call], args: argparse.Namespace) -> dict[str, Any]:
     names = list(policies)
-    acc = {name: {w: [0.0, 0] for w in ("n8", "n4", "c2")} for name in names}
+    acc = {name: {w: [0.0, 0] for w in ("n8", "n4", "c2", "n8_turn1", "n8_later")} for name in names}
     per_call: dict[str, list[float]] = {name: [] for name in names}  # paired tokens/s at N=8
     gap_rows: dict[str, list[Any]] = {name: [] for name in names}
     for i, call in enumerate(calls):
@@ -161,6 +164,9 @@ def replay(policies: dict[str, LocalPolicy], calls: list[Call], args: argparse.N
                 acc[name][workload][1] += toks
                 if workload == "n8":
                     per_call[name].append(toks / secs)
+                    by_turn = acc[name]["n8_turn1" if call.turn == 1 else "n8_later"]
+                    by_turn[0] += secs
+                    by_turn[1] += toks
                     if len(gap_rows[name]) < args.gap_rows:
                         gap_rows[name] += gens[: args.gap_rows - len(gap_rows[name])]
         print(f"[bench_generation] call {i + 1}/{len(calls)} (group {call.group} turn {call.turn}, "
@@ -208,6 +214,7 @@ def summarise(result: dict[str, Any], reference: Any, temperature: float, polici
 
 def table(rows: dict[str, Any]) -> str:
     cols = [("n8_tokens_per_s", "N=8 tok/s"), ("n8_speedup", "N=8 x"), ("n8_paired_speedup_median", "N=8 x (paired median)"),
+            ("n8_turn1_speedup", "N=8 turn 1 x"), ("n8_later_speedup", "N=8 turn 2 x"),
             ("n4_tokens_per_s", "N=4 tok/s"), ("n4_speedup", "N=4 x"), ("c2_tokens_per_s", "conc. 2 tok/s"),
             ("c2_speedup", "conc. 2 x"), ("logprob_gap_vs_fp32_mean", "|dlogp| mean"),
             ("logprob_gap_vs_fp32_max", "|dlogp| max"), ("load_s", "load s")]

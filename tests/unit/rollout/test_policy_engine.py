@@ -174,3 +174,34 @@ def test_prefix_store_is_per_key_lru_and_bounded_in_tokens() -> None:
     store.drop("base")
     assert store.lookup("base", [7, 8])[0] is None
 
+
+
+def test_an_adapter_the_lean_engine_cannot_run_is_served_by_the_eager_engine(tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(3)
+    dora = get_peft_model(build_tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                         use_dora=True, init_lora_weights=False))
+    dora.save_pretrained(str(tmp_path / "dora"))
+    policy = LocalPolicy.from_model(build_tiny_model(), build_tiny_tokenizer())
+    try:
+        policy.load_adapter("planner", 1, tmp_path / "dora")
+        assert policy._lean_adapters[("planner", 1)] is None  # DoRA: eager only
+        prompt = policy.chat_prompt(MESSAGES[0])
+        (gen,) = policy.generate([prompt], R.SamplingParams(temperature=0.8, max_new_tokens=10, seed=1),
+                                 adapter_name="planner", adapter_version=1)
+    finally:
+        policy.close()
+    policy._peft.set_adapter("planner@v1")
+    assert max_gap(gen, policy._peft, 0.8) < 1e-4
+
+
+def test_a_prompt_longer_than_the_model_positions_is_refused_with_what_to_change() -> None:
+    from streamgrpo.rollout.errors import PolicyError
+
+    engine = FastEngine(LeanLlama(build_tiny_model()))  # 512 positions
+    try:
+        with pytest.raises(PolicyError, match="max_prompt_tokens"):
+            engine.submit(request([[5] * 500], seed=1, max_new_tokens=20))
+    finally:
+        engine.close()
