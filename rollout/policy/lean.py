@@ -7,7 +7,8 @@ step. This module runs the same arithmetic with ~15 tensor ops per layer:
 - ``q/k/v`` fused into one product and ``gate/up`` into another, weights stored transposed
   ``(in, out)`` (the faster BLAS layout measured here); the transformers modules are re-pointed to
   views of the fused tensors, so the weights are held ONCE (``adopt_weights``); the output head
-  keeps one transposed copy of the (tied) embedding;
+  keeps one oneDNN-packed copy of the (tied) embedding, and in bfloat16 every product is packed
+  (:mod:`.packing`; a plain transposed copy where packing is unavailable);
 - keys/values written in place into the static row cache, attention with
   ``scaled_dot_product_attention`` over ``k[:n, :, :L]`` and a ``slot <= position`` mask, grouped
   query heads folded into the query length (no repeated keys);
@@ -35,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from streamgrpo.rollout.policy.kvcache import RowCache
+from streamgrpo.rollout.policy.packing import PackedLinear, pack
 
 #: fused group -> the projections it concatenates (output order)
 GROUPS: dict[str, tuple[str, ...]] = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",),
@@ -62,6 +64,7 @@ class _Layer:
     ln2: torch.Tensor
     w: dict[str, torch.Tensor]  # group -> (in, out)
     bias: dict[str, torch.Tensor | None]
+    packed: dict[str, PackedLinear | None]  # group -> the same weight packed (bf16), or None
 
 
 @dataclass
@@ -78,7 +81,8 @@ def _fuse(modules: Sequence[Any]) -> torch.Tensor:
 class LeanLlama:
     """Weights of a ``LlamaForCausalLM`` arranged for :meth:`forward` (see module docstring)."""
 
-    def __init__(self, model: Any, *, adopt_weights: bool = True) -> None:
+    def __init__(self, model: Any, *, adopt_weights: bool = True, pack_head: bool = True,
+                 pack_layers: bool | None = None) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"the lean engine cannot run this model: {reason}")
@@ -92,8 +96,11 @@ class LeanLlama:
         self.n_layers = cfg.num_hidden_layers
         self.embed = core.embed_tokens.weight.detach()
         head = model.get_output_embeddings().weight.detach()
-        self.head_t = head.t().contiguous()  # (hidden, vocab): one transposed copy
+        # the output head: one packed copy (see packing.py), else one transposed (hidden, vocab) copy
+        self.head = pack(head) if pack_head else None
+        self.head_t = head.t().contiguous() if self.head is None else None
         self.norm = core.norm.weight.detach()
+        self.pack_layers = self.dtype == torch.bfloat16 if pack_layers is None else pack_layers
         self.layers = [self._layer(block, adopt_weights) for block in core.layers]
         positions = torch.arange(getattr(cfg, "max_position_embeddings", 8192), device=self.device)[None]
         probe = torch.zeros(1, dtype=self.dtype, device=self.device)
@@ -121,7 +128,9 @@ class LeanLlama:
                     width = m.weight.shape[0]
                     m.weight = torch.nn.Parameter(w[group][:, start:start + width].t(), requires_grad=False)
                     start += width
-        return _Layer(block.input_layernorm.weight.detach(), block.post_attention_layernorm.weight.detach(), w, bias)
+        packed = {g: pack(t.t()) if self.pack_layers else None for g, t in w.items()}
+        return _Layer(block.input_layernorm.weight.detach(), block.post_attention_layernorm.weight.detach(), w, bias,
+                      packed)
 
     # -- adapters ---------------------------------------------------------------------------------
     def adapter_from_peft(self, peft_model: Any, name: str) -> LeanAdapter:
@@ -166,7 +175,8 @@ class LeanLlama:
         n = tokens.shape[0]
         rows = torch.arange(n, device=tokens.device)
         length = int(lengths.max()) + 1
-        mask = (torch.arange(length, device=tokens.device)[None, :] <= lengths[:, None])[:, None, None]  # (n,1,1,L)
+        allowed = torch.arange(length, device=tokens.device)[None, :] <= lengths[:, None]
+        mask = _additive(allowed, self.dtype)[:, None, None]  # (n, 1, 1, L)
         groups = self.heads // self.kv_heads
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -178,7 +188,7 @@ class LeanLlama:
             return out.reshape(n, -1)
 
         x = self._layers(F.embedding(tokens, self.embed), lengths, attend, lora)
-        return _rms(x, self.norm, self.eps) @ self.head_t
+        return self._logits(_rms(x, self.norm, self.eps))
 
     @torch.no_grad()
     def prefill(self, cache: RowCache, rows: Sequence[int], chunks: Sequence[Sequence[int]], starts: Sequence[int],
@@ -196,7 +206,7 @@ class LeanLlama:
         for row, start, size in zip(rows, starts, sizes, strict=True):
             causal = torch.arange(start + size, device=device)[None, :] <= torch.arange(start, start + size,
                                                                                          device=device)[:, None]
-            spans.append((offset, size, row, start + size, causal.repeat(groups, 1)[None, None]))  # (1,1,G*T,L)
+            spans.append((offset, size, row, start + size, _additive(causal.repeat(groups, 1), self.dtype)[None, None]))
             offset += size
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -216,7 +226,14 @@ class LeanLlama:
         lora = [(adapter, None)] if adapter is not None else []
         x = self._layers(F.embedding(tokens, self.embed), slots, attend, lora)
         last = torch.tensor([offset - 1 for offset in itertools.accumulate(sizes)], device=device)
-        return _rms(x[last], self.norm, self.eps) @ self.head_t
+        return self._logits(_rms(x[last], self.norm, self.eps))
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """``(M, hidden)`` -> ``(M, vocab)`` through the output head."""
+        if self.head is not None:
+            return self.head(h)
+        assert self.head_t is not None
+        return h @ self.head_t
 
     def _layers(self, x: torch.Tensor, positions: torch.Tensor, attend: Callable[..., torch.Tensor],
                 lora: Sequence[tuple[LeanAdapter, torch.Tensor | None]]) -> torch.Tensor:
@@ -238,7 +255,8 @@ class LeanLlama:
 
 def _proj(x: torch.Tensor, layer: _Layer, group: str, plan: Sequence[tuple[dict[str, Any], torch.Tensor | None]]
           ) -> torch.Tensor:
-    out = x @ layer.w[group]
+    packed = layer.packed[group]
+    out = packed(x) if packed is not None else x @ layer.w[group]
     bias = layer.bias[group]
     if bias is not None:
         out = out + bias
@@ -252,6 +270,11 @@ def _proj(x: torch.Tensor, layer: _Layer, group: str, plan: Sequence[tuple[dict[
         else:
             out = out.index_add(0, idx, (x.index_select(0, idx) @ a_cat) @ b_bd)
     return out
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Bool mask -> 0 / -inf in ``dtype`` (built once per call, not converted again by every layer)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
