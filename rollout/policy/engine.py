@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import torch
 
 from streamgrpo.rollout.errors import PolicyError
+from streamgrpo.rollout.policy.attention import PrefixGroup, prefix_groups
 from streamgrpo.rollout.policy.kvcache import PrefixStore, RowCache, common_prefix
 from streamgrpo.rollout.policy.lean import LeanAdapter, LeanLlama
 from streamgrpo.rollout.policy.sampling import LogitsMask, Sampled, row_masks, sample_step
@@ -74,6 +75,7 @@ class EngineStats:
     jobs: int = 0  # admitted
     decode_steps: int = 0
     decoded_rows: int = 0  # sum over steps of the rows in the step
+    cascade_steps: int = 0  # decode steps that read shared prefixes once per group
     max_rows: int = 0
     prefill_tokens: int = 0  # prompt tokens actually run through the model
     reused_prefix_tokens: int = 0  # prompt tokens taken from the prefix store
@@ -87,6 +89,7 @@ class _Job:
     tokens: list[list[int]] = field(default_factory=list)
     logprobs: list[list[float]] = field(default_factory=list)
     remaining: int = 0
+    shared: int = 0  # prompt prefix length common to all its rows (held by each row's slots [0, shared))
 
 
 @dataclass(eq=False)
@@ -100,10 +103,13 @@ class FastEngine:
     """Continuous-batching sampler over a :class:`~.lean.LeanLlama` (see module docstring)."""
 
     def __init__(self, lean: LeanLlama, *, prefix_cache_tokens: int = 4096, max_rows: int = 64,
-                 min_shared_prefix: int = 16) -> None:
+                 min_shared_prefix: int = 16, cascade: bool = True, min_cascade_prefix: int = 32) -> None:
         self.lean = lean
         self.max_rows = max_rows
         self.min_shared_prefix = min_shared_prefix
+        #: decode attention reads each call's shared prefix once per step (:mod:`.attention`); off only to measure
+        self.cascade = cascade
+        self.min_cascade_prefix = min_cascade_prefix
         self.cache = RowCache(lean.n_layers, lean.kv_heads, lean.head_dim, lean.dtype, lean.device)
         self.prefixes = PrefixStore(prefix_cache_tokens)
         self.stats = EngineStats()
@@ -202,7 +208,7 @@ class FastEngine:
         need = max(len(p) for p in prompts) + job.request.max_new_tokens
         first = self.cache.add_rows(len(prompts), need)
         self._rows.extend(_Row(job, i) for i in order)
-        logits = self._prefill(first, reps, job.request)
+        logits, job.shared = self._prefill(first, reps, job.request)
         for j, rep in enumerate(reps):
             self.cache.lengths[first + j] = len(rep)
         at = first + len(reps)
@@ -214,8 +220,9 @@ class FastEngine:
         picks = torch.tensor([rep_of[i] for i in order], device=logits.device)
         self._sample(logits.index_select(0, picks), list(range(first, first + len(prompts))))
 
-    def _prefill(self, first: int, reps: list[list[int]], request: EngineRequest) -> torch.Tensor:
-        """Run the distinct prompts (rows ``first..``); return their last-token logits ``(u, V)``."""
+    def _prefill(self, first: int, reps: list[list[int]], request: EngineRequest) -> tuple[torch.Tensor, int]:
+        """Run the distinct prompts (rows ``first..``); return their last-token logits ``(u, V)`` and the
+        length of the prefix they share."""
         shared = min(min(len(r) for r in reps) - 1, *(common_prefix(reps[0], r) for r in reps[1:])) \
             if len(reps) > 1 else len(reps[0]) - 1
         if shared < self.min_shared_prefix:
@@ -226,7 +233,9 @@ class FastEngine:
         suffixes = [r[shared:] for r in reps]
         self.stats.prefill_tokens += sum(len(s) for s in suffixes)
         rows = list(range(first, first + len(reps)))
-        return self.lean.prefill(self.cache, rows, suffixes, [shared] * len(reps), request.adapter)
+        logits = self.lean.prefill(self.cache, rows, suffixes, [shared] * len(reps), request.adapter)
+        # the prefix the rows hold in common: all of a single distinct prompt (its rows are copies)
+        return logits, len(reps[0]) if len(reps) == 1 else shared
 
     def _prefill_prefix(self, row: int, prefix: list[int], request: EngineRequest) -> None:
         """Keys/values of ``prefix`` into ``row``: from the prefix store as far as it matches, computed after."""
@@ -248,12 +257,28 @@ class FastEngine:
         device = self.lean.device
         tokens = torch.tensor([r.pending for r in self._rows], device=device)
         lengths = torch.tensor(self.cache.lengths, device=device)
-        logits = self.lean.decode(self.cache, tokens, lengths, self._lora_plan())
+        shared = self._shared_prefixes()
+        logits = self.lean.decode(self.cache, tokens, lengths, self._lora_plan(), shared)
+        self.stats.cascade_steps += shared is not None
         self.cache.lengths = [length + 1 for length in self.cache.lengths]
         self.stats.decode_steps += 1
         self.stats.decoded_rows += n
         self.stats.max_rows = max(self.stats.max_rows, n)
         self._sample(logits, list(range(n)))
+
+    def _shared_prefixes(self) -> list[PrefixGroup] | None:
+        """Cascade-attention groups (one per job), or None when some job shares too short a prefix or the
+        groups are too small to pay for the extra operations."""
+        if not self.cascade:
+            return None
+        by_job: dict[int, tuple[int, list[int]]] = {}
+        for i, row in enumerate(self._rows):
+            if row.job.shared < self.min_cascade_prefix:
+                return None
+            by_job.setdefault(id(row.job), (row.job.shared, []))[1].append(i)
+        if len(self._rows) < 4 * len(by_job):  # measured: pays from ~4 rows per prefix (2 rows: 6% slower)
+            return None
+        return prefix_groups(list(by_job.values()), self.cache.lengths, self.lean.device)
 
     def _lora_plan(self) -> list[tuple[LeanAdapter, torch.Tensor | None]]:
         by_key: dict[Hashable, list[int]] = {}

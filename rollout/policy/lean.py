@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from streamgrpo.rollout.policy.attention import PrefixGroup, cascade_attention
 from streamgrpo.rollout.policy.kvcache import RowCache
 from streamgrpo.rollout.policy.packing import PackedLinear, pack
 
@@ -167,23 +168,30 @@ class LeanLlama:
     # -- forward ----------------------------------------------------------------------------------
     @torch.no_grad()
     def decode(self, cache: RowCache, tokens: torch.Tensor, lengths: torch.Tensor,
-               lora: Sequence[tuple[LeanAdapter, torch.Tensor | None]] = ()) -> torch.Tensor:
+               lora: Sequence[tuple[LeanAdapter, torch.Tensor | None]] = (),
+               shared: Sequence[PrefixGroup] | None = None) -> torch.Tensor:
         """One token per active row: ``tokens (n,)`` go to slot ``lengths[b]`` of rows ``[0, n)``; logits ``(n, V)``.
 
-        ``lora``: ``(adapter, row index or None for every row)`` pairs.
+        ``lora``: ``(adapter, row index or None for every row)`` pairs. ``shared``: groups of rows with a
+        common prompt prefix (every row in one), attended with :func:`~.attention.cascade_attention`;
+        None: plain attention over each row.
         """
         n = tokens.shape[0]
         rows = torch.arange(n, device=tokens.device)
         length = int(lengths.max()) + 1
-        allowed = torch.arange(length, device=tokens.device)[None, :] <= lengths[:, None]
-        mask = _additive(allowed, self.dtype)[:, None, None]  # (n, 1, 1, L)
         groups = self.heads // self.kv_heads
+        mask = None
+        if shared is None:
+            allowed = torch.arange(length, device=tokens.device)[None, :] <= lengths[:, None]
+            mask = _additive(allowed, self.dtype)[:, None, None]  # (n, 1, 1, L)
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             keys, values = cache.k[index], cache.v[index]
             keys[rows, :, lengths] = k
             values[rows, :, lengths] = v
             q = q.view(n, self.kv_heads, groups, self.head_dim)  # grouped query heads as the query length
+            if shared is not None:
+                return cascade_attention(q, keys, values, shared).to(q.dtype).reshape(n, -1)
             out = F.scaled_dot_product_attention(q, keys[:n, :, :length], values[:n, :, :length], attn_mask=mask)
             return out.reshape(n, -1)
 

@@ -205,3 +205,30 @@ def test_a_prompt_longer_than_the_model_positions_is_refused_with_what_to_change
             engine.submit(request([[5] * 500], seed=1, max_new_tokens=20))
     finally:
         engine.close()
+
+
+def test_cascade_attention_reads_shared_prefixes_once_and_changes_nothing_else() -> None:
+    model = build_tiny_model(seed=4)
+    system = list(range(10, 60))  # a 50-token prompt prefix shared by every row of both calls
+    turn1 = [system + [61, 62, 63]] * 5
+    turn2 = [system + [70 + i] * (3 + 2 * i) for i in range(4)]  # own suffixes of different lengths
+    out = {}
+    for cascade in (True, False):
+        engine = FastEngine(LeanLlama(build_tiny_model(seed=4)), cascade=cascade, prefix_cache_tokens=0)
+        try:
+            with engine._state:
+                jobs = [engine.submit(request(turn1, seed=1, max_new_tokens=12)),
+                        engine.submit(request(turn2, seed=2, max_new_tokens=12))]
+            out[cascade] = [r for job in jobs for r in job.result(timeout=60)]
+        finally:
+            engine.close()
+        assert (engine.stats.cascade_steps > 0) == cascade
+    for a, b in zip(out[True], out[False], strict=True):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
+    for prompt, row in zip(turn1 + turn2, out[True], strict=True):
+        ids = torch.tensor([prompt + row.token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0]
+        fresh = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1).gather(-1, torch.tensor(row.token_ids)[:, None])
+        assert torch.allclose(fresh.squeeze(-1), torch.tensor(row.logprobs), atol=1e-4)
