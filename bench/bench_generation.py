@@ -24,6 +24,10 @@ prefill, so their speed-ups are reported apart as well (``n8_turn1_*``, ``n8_lat
 
     python bench/bench_generation.py --threads 1 --groups 4 --max-turns 2
 
+``--single CONFIG`` is for whole-process A/B timings (one configuration per process, no recording):
+it samples N=8 continuations of the turn-1 planner prompts of ``--groups`` built-in tasks and prints
+tokens/s, e.g. ``python bench/bench_generation.py --single fast_fp32 --threads 1 --groups 4``.
+
 What is covered: wall-clock tokens/s of generate() on the CPU, in one process (the model loaded
 once per configuration). What is not: vLLM (``bench/bench_rollout.py`` covers whole rollouts).
 """
@@ -103,6 +107,42 @@ def record_calls(model: str, groups: int, max_turns: int, max_new_tokens: int, s
         run_group(requests, ctx, lambda event: None)
     policy.close()
     return calls
+
+
+def turn1_calls(policy: LocalPolicy, groups: int, max_new_tokens: int, seed: int) -> list[Call]:
+    """The agent loop's first planner call of ``groups`` built-in tasks (8 rows each), without running it."""
+    from streamgrpo.rollout.config import RolloutConfig
+    from streamgrpo.rollout.loop import effective_prefix
+    from streamgrpo.rollout.roles import planner
+    from streamgrpo.rollout.roles.executor import tool_example
+    from streamgrpo.rollout.runtime import build_context
+    from streamgrpo.tasks.builtin import builtin_tasks
+
+    ctx = build_context(RolloutConfig(), policy)
+    tools = [planner.tool_line(n, t.spec.description, tool_example(t)) for n, t in ctx.tools.items()]
+    tasks = builtin_tasks()
+    calls = []
+    for g in range(groups):
+        task = tasks[g * len(tasks) // groups]
+        analysis = ctx.analyser.analyse(task.question, list(ctx.tools))
+        forced = list(policy.tokenizer.encode(effective_prefix(ctx), add_special_tokens=False))
+        prompt = policy.chat_prompt(planner.build_messages(task.question, tools, analysis, [])) + forced
+        sampling = R.SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed + g)
+        calls.append(Call(g, 1, [prompt] * 8, sampling, JsonObjectEnd(effective_prefix(ctx))))
+    return calls
+
+
+def single(args: argparse.Namespace) -> None:
+    """One configuration in this process (see the module docstring)."""
+    policy = LocalPolicy(args.model, **CONFIGS[args.single])
+    calls = turn1_calls(policy, args.groups, args.max_new_tokens, args.seed)
+    secs = toks = 0.0
+    for call in calls:
+        s, t, _ = timed(policy, call, 8)
+        secs, toks = secs + s, toks + t
+    policy.close()
+    print(json.dumps({"config": args.single, "calls": len(calls), "tokens": toks, "seconds": round(secs, 2),
+                      "tokens_per_s": round(toks / secs, 2)}))
 
 
 def timed(policy: LocalPolicy, call: Call, rows: int) -> tuple[float, int, list[Any]]:
@@ -236,9 +276,14 @@ def main() -> None:
     parser.add_argument("--n8-only", nargs="*", default=["eager_bf16"],
                         help="configurations run at N=8 only (not at N=4 nor concurrency 2)")
     parser.add_argument("--gap-rows", type=int, default=16, help="generations per configuration checked for the gap")
+    parser.add_argument("--single", choices=list(CONFIGS), default=None,
+                        help="run only this configuration on turn-1 prompts (whole-process timings)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.single:
+        single(args)
+        return
     configs = [BASELINE] + [c for c in args.configs if c != BASELINE]
     t0 = time.perf_counter()
     calls = record_calls(args.model, args.groups, args.max_turns, args.max_new_tokens, args.seed)

@@ -6,7 +6,7 @@ Each call becomes a job of N rows. A single engine thread runs iteration-level s
    :class:`~.kvcache.RowCache` and sample their first token;
 2. run one decode step over ALL active rows of all jobs (any mix of adapter versions: each row
    group gets its own LoRA product, see :mod:`.lean`);
-3. sample every row with its job's settings and generator, end rows at EOS / stop / the token
+3. sample every row with its job's settings and its own generator, end rows at EOS / stop / the token
    budget, hand finished jobs back to their callers; then go to 1.
 
 So two rollout groups running in two worker threads decode in one batch instead of taking
@@ -21,9 +21,9 @@ keys/values instead of recomputing them.
 Behaviour logprobs: every row is sampled by :func:`~.sampling.sample_step` from the logits the
 lean forward produced (model dtype, softmax in float32), with the row's logits mask applied
 first (see :mod:`.sampling`): what is recorded is the distribution actually sampled from.
-Seeded jobs draw from their own ``torch.Generator`` in row order, so a job's samples do not
-depend on which other jobs share its steps (logits can differ in the last float bits with the
-batch composition).
+Each row of a seeded job draws from its own generator (:func:`~.sampling.row_generators`), so its
+samples do not depend on which other rows or jobs share its steps (logits can differ in the last
+float bits with the batch composition).
 
 What is covered: scheduling, prefix reuse, per-job sampling settings, error isolation (an
 exception in a job's callback fails that job only; an exception in the forward fails the jobs
@@ -46,7 +46,7 @@ from streamgrpo.rollout.errors import PolicyError
 from streamgrpo.rollout.policy.attention import PrefixGroup, prefix_groups
 from streamgrpo.rollout.policy.kvcache import PrefixStore, RowCache, common_prefix
 from streamgrpo.rollout.policy.lean import LeanAdapter, LeanLlama
-from streamgrpo.rollout.policy.sampling import LogitsMask, Sampled, row_masks, sample_step
+from streamgrpo.rollout.policy.sampling import LogitsMask, Sampled, row_generators, row_masks, sample_step
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class EngineStats:
 class _Job:
     request: EngineRequest
     future: Future[list[Sampled]]
-    generator: torch.Generator | None
+    generators: list[torch.Generator] | None  # one per row (see sampling.row_generators)
     tokens: list[list[int]] = field(default_factory=list)
     logprobs: list[list[float]] = field(default_factory=list)
     remaining: int = 0
@@ -132,8 +132,8 @@ class FastEngine:
         if need > self.lean.max_positions:
             raise PolicyError(f"prompt + max_new_tokens = {need} exceeds the model's {self.lean.max_positions} "
                               "positions; shorten the prompt (max_prompt_tokens) or max_new_tokens")
-        generator = torch.Generator().manual_seed(request.seed) if request.seed is not None else None
-        job = _Job(request, Future(), generator, [[] for _ in request.prompts], [[] for _ in request.prompts],
+        generators = row_generators(request.seed, len(request.prompts))
+        job = _Job(request, Future(), generators, [[] for _ in request.prompts], [[] for _ in request.prompts],
                    len(request.prompts))
         with self._cv:
             if self._closed:
@@ -334,7 +334,8 @@ class FastEngine:
             sampled = [job.tokens[row.index] for row, _, _ in items]
             mask = req.logits_mask
             allowed = row_masks(lambda k, s: mask(items[k][0].index, s), sampled, [False] * len(items), mine)
-        tokens, lps = sample_step(mine, req.temperature, req.top_p, job.generator, allowed)
+        generators = None if job.generators is None else [job.generators[row.index] for row, _, _ in items]
+        tokens, lps = sample_step(mine, req.temperature, req.top_p, generators, allowed)
         finished = []
         for (row, cache_row, _), token, lp in zip(items, tokens.tolist(), lps.tolist(), strict=True):
             job.tokens[row.index].append(token)

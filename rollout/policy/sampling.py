@@ -83,8 +83,23 @@ def nucleus_filter(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
     return logprobs.masked_fill(drop, float("-inf"))
 
 
+#: One generator per row (a row's draws then never depend on the other rows), or one for all, or None.
+Generators = Sequence[torch.Generator] | torch.Generator | None
+
+
+def row_generators(seed: int | None, rows: int) -> list[torch.Generator] | None:
+    """Row ``i`` of a call seeded ``seed`` draws from its own CPU generator (None: torch's global RNG).
+
+    A row's samples then depend only on its own distributions: not on which other rows share the
+    step, stop earlier, or are batched with another call -- and both engines draw the same way.
+    """
+    if seed is None:
+        return None
+    return [torch.Generator().manual_seed((seed * 0x9E3779B97F4A7C15 + row) % (1 << 63)) for row in range(rows)]
+
+
 def sample_step(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None,
+    logits: torch.Tensor, temperature: float, top_p: float, generator: Generators,
     allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One decoding step: ``(B, V)`` logits -> sampled ids ``(B,)`` and their behaviour logprobs ``(B,)``.
@@ -103,16 +118,22 @@ def sample_step(
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def draw(probs: torch.Tensor, generator: Generators) -> torch.Tensor:
     """One token per row of ``(B, V)`` probabilities by inverting the float64 CDF: ``(B,)`` ids.
 
-    One uniform per row from the (CPU) generator, so seeded runs are identical across devices;
+    One uniform per row from the (CPU) generator(s), so seeded runs are identical across devices;
     ``torch.multinomial`` draws one exponential per vocabulary entry (~49k per row), which was 5-10%
     of a decode step. A zero-probability token is never returned (the CDF does not rise there).
     """
     cdf = probs.double().cumsum(dim=-1)
     total = cdf[:, -1:]
-    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64).to(cdf.device) * total
+    if isinstance(generator, Sequence):
+        if len(generator) != probs.shape[0]:
+            raise ValueError(f"{len(generator)} generators for {probs.shape[0]} rows")
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generator])[:, None]
+    else:
+        u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64)
+    u = u.to(cdf.device) * total
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # strictly below the total mass
     return torch.searchsorted(cdf, u, right=True).squeeze(-1)
 
@@ -140,7 +161,7 @@ def sample_batch(
     for which ``stop(row, token)`` returns True (that token is kept). ``share_prefill``: prefill each
     distinct prompt once (see :func:`prefill`).
     """
-    generator = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else None
+    generator = row_generators(seed, len(prompts))
     batch = len(prompts)
     out_ids: list[list[int]] = [[] for _ in range(batch)]
     out_lp: list[list[float]] = [[] for _ in range(batch)]
