@@ -128,10 +128,6 @@ class FastEngine:
     def submit(self, request: EngineRequest) -> Future[list[Sampled]]:
         if not request.prompts or any(len(p) == 0 for p in request.prompts):
             raise PolicyError("every prompt needs at least one token")
-        need = max(len(p) for p in request.prompts) + request.max_new_tokens
-        if need > self.lean.max_positions:
-            raise PolicyError(f"prompt + max_new_tokens = {need} exceeds the model's {self.lean.max_positions} "
-                              "positions; shorten the prompt (max_prompt_tokens) or max_new_tokens")
         generators = row_generators(request.seed, len(request.prompts))
         job = _Job(request, Future(), generators, [[] for _ in request.prompts], [[] for _ in request.prompts],
                    len(request.prompts))
@@ -206,6 +202,7 @@ class FastEngine:
         order = [rep_of.index(j) for j in range(len(reps))]
         order += [i for j in range(len(reps)) for i in range(len(prompts)) if rep_of[i] == j and i != order[j]]
         need = max(len(p) for p in prompts) + job.request.max_new_tokens
+        self.lean.ensure_positions(need)
         first = self.cache.add_rows(len(prompts), need)
         self._rows.extend(_Row(job, i) for i in order)
         logits, job.shared = self._prefill(first, reps, job.request)

@@ -103,15 +103,21 @@ class LeanLlama:
         self.norm = core.norm.weight.detach()
         self.pack_layers = self.dtype == torch.bfloat16 if pack_layers is None else pack_layers
         self.layers = [self._layer(block, adopt_weights) for block in core.layers]
-        positions = torch.arange(getattr(cfg, "max_position_embeddings", 8192), device=self.device)[None]
+        self._rotary = core.rotary_emb
+        self.cos = self.sin = torch.empty(0, self.head_dim, dtype=self.dtype, device=self.device)
+        self.ensure_positions(getattr(cfg, "max_position_embeddings", 2048))
+
+    def ensure_positions(self, count: int) -> None:
+        """RoPE tables ``(positions, head_dim)`` for positions ``[0, count)``, from the model's own rotary
+        module (so any static RoPE variant matches transformers; like transformers, positions past
+        ``max_position_embeddings`` are computed, not refused)."""
+        if count <= self.cos.shape[0]:
+            return
+        size = max(count, 2 * self.cos.shape[0])
         probe = torch.zeros(1, dtype=self.dtype, device=self.device)
         with torch.no_grad():
-            cos, sin = core.rotary_emb(probe, positions)
-        self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)  # (max_pos, head_dim)
-
-    @property
-    def max_positions(self) -> int:
-        return int(self.cos.shape[0])
+            cos, sin = self._rotary(probe, torch.arange(size, device=self.device)[None])
+        self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
 
     def _layer(self, block: Any, adopt: bool) -> _Layer:
         w: dict[str, torch.Tensor] = {}

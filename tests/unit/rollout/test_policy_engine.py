@@ -196,15 +196,19 @@ def test_an_adapter_the_lean_engine_cannot_run_is_served_by_the_eager_engine(tmp
     assert max_gap(gen, policy._peft, 0.8) < 1e-4
 
 
-def test_a_prompt_longer_than_the_model_positions_is_refused_with_what_to_change() -> None:
-    from streamgrpo.rollout.errors import PolicyError
-
-    engine = FastEngine(LeanLlama(build_tiny_model()))  # 512 positions
+def test_positions_past_max_position_embeddings_are_computed_like_transformers_does() -> None:
+    model = build_tiny_model(seed=7)  # 512 positions
+    engine = FastEngine(LeanLlama(build_tiny_model(seed=7)))
+    prompt = [5 + i % 90 for i in range(505)]
     try:
-        with pytest.raises(PolicyError, match="max_prompt_tokens"):
-            engine.submit(request([[5] * 500], seed=1, max_new_tokens=20))
+        (row,) = engine.generate(request([prompt], seed=1, max_new_tokens=20))
     finally:
         engine.close()
+    ids = torch.tensor([prompt + row.token_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0]
+    fresh = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1).gather(-1, torch.tensor(row.token_ids)[:, None])
+    assert torch.allclose(fresh.squeeze(-1), torch.tensor(row.logprobs), atol=1e-4)
 
 
 def test_cascade_attention_reads_shared_prefixes_once_and_changes_nothing_else() -> None:
