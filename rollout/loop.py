@@ -225,7 +225,7 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
         envelope=traj.envelope(ctx.service, "planner_action", turn), prompt_token_ids=list(gen.prompt_token_ids),
         action_text=gen.text, action_token_ids=list(gen.token_ids), behaviour_logprobs=list(gen.logprobs),
         adapter_name=gen.adapter_name, adapter_version=gen.adapter_version, sampling=req.sampling,
-        parse_status=parsed.status, prompt_hash=planner.PROMPT_HASH, latency_ms=gen.latency_ms,
+        parse_status=parsed.status, prompt_hash=planner.PROMPT_HASH, latency_ms=gen.latency_ms, engine=gen.engine,
         tool=step.tool if step is not None else None, is_final=bool(step is not None and step.is_final),
     ))
     observation: Observation | None = None

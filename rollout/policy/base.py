@@ -44,6 +44,8 @@ class Generation:
     behaviour logprob of ``token_ids[i]`` (``len(logprobs) == len(token_ids)``).
     ``adapter_version`` is the version that ACTUALLY served it (0 = base model). ``latency_ms`` is
     the wall time of the batched call that produced it (shared by the rows of one call).
+    ``engine`` names the backend and the numerics of the logprobs (``"local/bfloat16"``; recorded as
+    ``PlannerAction.engine``), None when the backend does not say.
     """
 
     prompt_token_ids: list[int]
@@ -53,6 +55,7 @@ class Generation:
     adapter_name: str
     adapter_version: int
     latency_ms: int
+    engine: str | None = None
 
 
 class PlannerPolicy(ABC):
