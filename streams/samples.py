@@ -5,7 +5,8 @@ its RolloutCompleted said how many planner turns it took, and that many distinct
 The sample's turns are sorted by turn number (duplicates were dropped on arrival); its advantage is
 the rollout's trajectory advantage, given to every turn (Flow-GRPO). Its id is
 ``derived_id("sample", rollout_id)``: a re-emission after a crash carries the same id, so the
-trainer de-duplicates by id.
+trainer de-duplicates by id. The sample carries its planner turns' sampling parameters (a rollout's
+turns share its request's), so the trainer recomputes with them.
 
 What is not covered: storing action payloads and the timing of emission (see ``window.py``).
 """
@@ -30,19 +31,24 @@ class StoredTurn:
     behaviour_logprobs: list[float]
     adapter_name: str
     adapter_version: int
+    sampling: R.SamplingParams | None = None
 
     @classmethod
     def from_action(cls, action: R.PlannerAction) -> StoredTurn:
         return cls(int(action.envelope.turn or 0), list(action.prompt_token_ids), list(action.action_token_ids),
-                   list(action.behaviour_logprobs), action.adapter_name, int(action.adapter_version))
+                   list(action.behaviour_logprobs), action.adapter_name, int(action.adapter_version), action.sampling)
 
     def to_dict(self) -> dict[str, object]:
         return {"t": self.turn, "p": self.prompt_token_ids, "a": self.action_token_ids, "l": self.behaviour_logprobs,
-                "n": self.adapter_name, "v": self.adapter_version}
+                "n": self.adapter_name, "v": self.adapter_version,
+                "s": None if self.sampling is None else self.sampling.to_avro()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> StoredTurn:
-        return cls(int(d["t"]), list(d["p"]), list(d["a"]), list(d["l"]), str(d["n"]), int(d["v"]))  # type: ignore[call-overload,arg-type]
+        s = d.get("s")  # absent in entries stored before samples carried sampling parameters
+        sampling = R.SamplingParams.from_avro(dict(s)) if isinstance(s, Mapping) else None
+        return cls(int(d["t"]), list(d["p"]), list(d["a"]), list(d["l"]), str(d["n"]), int(d["v"]),  # type: ignore[call-overload,arg-type]
+                   sampling)
 
 
 def action_key(rollout_id: str, turn: int) -> str:
@@ -85,4 +91,5 @@ def build_sample(state: GroupState, rollout_id: str, turns: list[StoredTurn]) ->
         estimator=state.estimator,
         adapter_name=ordered[0].adapter_name,
         behaviour_version=ordered[0].adapter_version,
+        sampling=ordered[0].sampling,
     )

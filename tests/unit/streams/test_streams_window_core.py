@@ -157,3 +157,25 @@ def test_closed_group_expires_after_ttl() -> None:
         s, _ = add_reward(s, reward(i, float(i)))
     s, _ = maybe_close(s, policy(), now=100.0)
     assert not expired(s, now=159.0, ttl_s=60) and expired(s, now=160.0, ttl_s=60)
+
+
+def test_sample_carries_the_planner_actions_sampling_parameters() -> None:
+    """The sampling parameters of the PlannerActions reach the TrainingSample (through the table's dict
+    form); a table entry stored before they were kept yields a sample without them."""
+    s = fresh()
+    for i, sc in enumerate([1.0, 0.0, 0.5, 0.5]):
+        s, _ = add_reward(s, reward(i, sc))
+        s = add_completed(s, completed(i, turns=1))
+    s, _ = maybe_close(s, policy(), now=101.0)
+    r0 = ids.rollout_id(G, 0)
+    sampling = R.SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=64, seed=11)
+    action = R.PlannerAction(
+        envelope=R.Envelope.new("rollout", task_id="task-1", group_id=G, rollout_id=r0, turn=1),
+        prompt_token_ids=[1, 2], action_text="{}", action_token_ids=[3], behaviour_logprobs=[-0.2],
+        adapter_name="planner", adapter_version=3, sampling=sampling, parse_status=R.ParseStatus.STRICT,
+        prompt_hash="h", latency_ms=1)
+    stored = StoredTurn.from_dict(StoredTurn.from_action(action).to_dict())
+    assert stored.sampling == sampling
+    assert build_sample(s, r0, [stored]).sampling == sampling
+    legacy = {k: v for k, v in StoredTurn.from_action(action).to_dict().items() if k != "s"}
+    assert build_sample(s, r0, [StoredTurn.from_dict(legacy)]).sampling is None
