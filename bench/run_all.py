@@ -27,7 +27,7 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "codec": (["bench_codec.py", "2000"], "Avro codec vs JSON"),
     "broker": (["bench_broker.py", "20000"], "Embedded broker: produce / consume per client"),
     "streams": (["bench_streams.py"], "Advantage window: rewards/s and last-reward -> samples latency"),
-    "generation": (["bench_generation.py", "--threads", "1", "--rounds", "3", "--long-prompt"], "Group-batched vs one-by-one generation (SmolLM2-135M, CPU)"),
+    "generation": (["bench_generation.py", "--threads", "1", "--groups", "4", "--max-turns", "2"], "Planner generation engines on real planner calls (SmolLM2-135M, CPU)"),
     "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
     "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step: log-probs of action tokens only vs full logits (SmolLM2-135M, CPU)"),
     "sandbox": (["bench_sandbox.py", "--calls", "30"], "Python sandbox and calculator: the cost of the isolation per call"),
@@ -50,10 +50,16 @@ NOTES: dict[str, str] = {
     "broker": "The group-join figures are not client speed: Tansu answers a join after half the consumer's "
               "session timeout (aiokafka default 10 s -> ~5 s, librdkafka default 45 s -> ~23 s; with 6 s both "
               "join in ~3 s). `[kafka] session_timeout_ms` sets it for streamgrpo's consumers.",
-    "generation": "Same planner-sized prompt repeated N times (a group's first turn): one batched call with the "
-                  "prompt prefilled once (`batched`), the same call prefilling every row "
-                  "(`batched_no_shared_prefill`, the behaviour before), and N calls (`one_by_one`); "
-                  "1 torch thread; the load average at the end of the run is in the table.",
+    "generation": "Every configuration replays the same recorded planner calls of the agent loop (built-in tasks, "
+                  "turn 1: one ~235-token prompt x N; turn 2: one prompt per trajectory with its own history; "
+                  "replies stopped where their JSON object closes), interleaved call by call, 1 torch thread. "
+                  "`x` columns are tokens/s over the `eager_fp32` baseline (the transformers-forward loop, the "
+                  "path before) measured in the same run; `paired median` is the median over calls of the "
+                  "per-call ratio. `conc. 2` issues the calls of two groups at once from two threads (a worker with "
+                  "`concurrency=2`): the eager engine serves them one after the other, the fast engine decodes "
+                  "both in one batch. `|dlogp|` compares recorded behaviour logprobs with a float32 transformers "
+                  "recomputation of prompt + action. bf16 is slower than float32 on this CPU (AVX-512-BF16, no "
+                  "AMX), so `dtype=auto` picks float32 here. Both engines sample with the inverse-CDF draw.",
     "trainer_step": "Same optimizer batch in both columns (8 samples, 480-token prompts, 32-token actions, GRPO with "
                     "the KL term on, 2 micro-batches); each mode in its own process. `action_only` runs the output "
                     "head on the hidden states of the action positions; `full_logits` is the previous path, "

@@ -36,8 +36,18 @@ class RolloutConfig(StrictModel):
                        "or a hub id already in the local cache (never downloaded here).")
     model_cache: Path = shared("model_cache")
     device: str = Field("cpu", description="Torch device of the local policy ('cpu', 'cuda', 'cuda:1').")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Weights dtype of the local policy (float32 keeps logprobs exact on CPU).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights/compute dtype of the local policy. 'auto': bfloat16 where bf16 matmuls are "
+        "fast (CPUs with AMX, GPUs with bf16), else float32. Recorded per action (PlannerAction.engine); "
+        "bf16 logprobs differ from an fp32 recomputation (~0.03 mean), which the trainer corrects for.")
+    engine: Literal["fast", "eager"] = Field(
+        "fast", description="Local sampling engine: 'fast' (lean forward, static KV cache, one decode loop "
+        "batching concurrent groups, prompt-prefix reuse; Llama-architecture models) or 'eager' (the "
+        "transformers-forward loop, one call at a time; any model). 'fast' falls back to 'eager' by itself "
+        "where it cannot run a model or adapter.")
+    prefix_cache_tokens: int = Field(
+        4096, ge=0, le=1_000_000, description="Prompt-prefix keys/values the fast engine keeps across calls "
+        "(tokens; ~46 KB each for SmolLM2 in float32). 0 disables reuse across calls.")
     vllm_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible base URL of the vLLM server.")
     vllm_model: str | None = Field(None, description="Base model name served by vLLM (default: `model`).")
     vllm_api_key: SecretStr | None = Field(None, description="API key of the vLLM server (never logged).")

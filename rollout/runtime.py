@@ -27,7 +27,7 @@ def _local_policy(cfg: RolloutConfig) -> PlannerPolicy:
     from streamgrpo.rollout.policy.local import LocalPolicy
 
     return LocalPolicy(cfg.model, device=cfg.device, cache_dir=cfg.model_cache, dtype=cfg.dtype,
-                       keep_last=cfg.keep_resident)
+                       keep_last=cfg.keep_resident, engine=cfg.engine, prefix_cache_tokens=cfg.prefix_cache_tokens)
 
 
 def _vllm_policy(cfg: RolloutConfig) -> PlannerPolicy:

@@ -7,7 +7,8 @@ it received), sorted by turn number (duplicates were dropped on arrival): on the
 planner turn has two shapes only, the event and the training row (:class:`~streamgrpo.avro.records.SampleTurn`
 inside the TrainingSample). Its advantage is the rollout's trajectory advantage, given to every turn
 (Flow-GRPO). Its id is ``ids.sample_id(rollout_id)``: a re-emission after a crash carries the same
-id, so the trainer de-duplicates by id.
+id, so the trainer de-duplicates by id. The sample carries its planner turns'
+sampling parameters (a rollout's turns share its request's), so the trainer recomputes with them.
 
 What is not covered: storing action payloads and the timing of emission (see ``window.py``).
 """
@@ -67,4 +68,5 @@ def build_sample(state: GroupState, rollout_id: str, actions: list[R.PlannerActi
         estimator=state.estimator,
         adapter_name=ordered[0].adapter_name,
         behaviour_version=ordered[0].adapter_version,
+        sampling=ordered[0].sampling,
     )

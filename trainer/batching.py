@@ -7,16 +7,27 @@ computed over the WHOLE optimizer batch (per rollout first, then over rollouts: 
 ``losses.normalisation``), so the micro-batches returned by :func:`micro_batches` are additive
 shares of one loss and gradient accumulation is exact.
 
-Admission (:func:`admit`): samples of another adapter, too stale (more than ``max_staleness``
-versions behind), malformed (logprob/token count mismatch, empty) or too long are dropped and
-counted by reason; within the staleness bound the clipped importance ratio corrects them.
+Each row is recomputed with its own sample's temperature (``TrainingSample.sampling``; samples
+written before it existed use the configured temperature).
 
-Not covered: sequence packing (rows are padded, right side), truncating actions (too-long
-actions drop the sample; only prompts are left-truncated).
+Admission (:func:`admit`): samples of another adapter, too stale (more than ``max_staleness``
+versions behind), malformed (logprob/token count mismatch, empty), too long, or sampled in a way the
+trainer cannot recompute (``sampling_mismatch``: greedy decoding, whose recorded logprobs are not
+those of the choice made, or a grammar ``constraint``, which the trainer does not replay) are
+dropped and counted by reason; within the staleness bound the off-policy correction of the loss
+(``losses.correction``) handles them. ``top_p`` is accepted: the recorded logprobs are those of the
+full tempered distribution (the contract of ``SamplingParams``), exactly what is recomputed.
+
+Micro-batches (:func:`micro_batches`) with ``share_prefix``: rows in lexicographic token order, so
+rows that share a prompt prefix land in the same micro-batch, and the budget counts the tokens of
+their prefix tree (what :mod:`~streamgrpo.trainer.prefix` computes), not padded tokens.
+
+Not covered: truncating actions (too-long actions drop the sample; only prompts are left-truncated).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,8 +35,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from streamgrpo.avro.records import TrainingSample
+from streamgrpo.avro.records import SamplingParams, TrainingSample
 from streamgrpo.trainer.losses.normalisation import build_normalisation, row_weights
+from streamgrpo.trainer.prefix import common_length
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,7 @@ class Row:
     advantage: float
     rollout: int  # index of the sample in the optimizer batch
     behaviour_version: int
+    temperature: float = 1.0  # the sampling temperature the behaviour logprobs were recorded at
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class Batch:
     token_weights:     (B, T) float, aggregation weights (sum to 1 over the optimizer batch)
     row_weights:       (B,)   float, aggregation weights of rows (sum to 1 over the optimizer batch)
     behaviour_version: (B,)   long
+    temperature:       (B,)   float, each row's sampling temperature (recompute with it)
     """
 
     input_ids: Tensor
@@ -64,21 +78,35 @@ class Batch:
     token_weights: Tensor
     row_weights: Tensor
     behaviour_version: Tensor
+    temperature: Tensor
 
     @property
     def padded_tokens(self) -> int:
         return int(self.input_ids.numel())
 
 
+def sampling_mismatch(sampling: SamplingParams | None) -> str | None:
+    """Why behaviour logprobs recorded with ``sampling`` cannot be recomputed (``None`` if they can)."""
+    if sampling is None:
+        return None  # written before samples carried it: the configured temperature applies
+    if not (math.isfinite(sampling.temperature) and sampling.temperature > 0):
+        return f"greedy or invalid temperature {sampling.temperature}: its logprobs are not those of the choice made"
+    if sampling.constraint is not None:
+        return f"sampled under grammar constraint {sampling.constraint!r}, which the trainer does not replay"
+    return None
+
+
 def drop_reason(
     sample: TrainingSample, *, adapter_name: str, current_version: int, max_staleness: int, max_seq_len: int
 ) -> str | None:
     """Why ``sample`` cannot be trained now (``None`` if it can): ``other_adapter``, ``stale``,
-    ``empty``, ``malformed`` or ``too_long``."""
+    ``sampling_mismatch``, ``empty``, ``malformed`` or ``too_long``."""
     if sample.adapter_name != adapter_name:
         return "other_adapter"
     if current_version - sample.behaviour_version > max_staleness:
         return "stale"
+    if sampling_mismatch(sample.sampling) is not None:
+        return "sampling_mismatch"
     if not sample.turns or not any(t.action_token_ids for t in sample.turns):
         return "empty"
     for turn in sample.turns:
@@ -106,17 +134,19 @@ def admit(
     return kept, dropped
 
 
-def to_rows(samples: Sequence[TrainingSample], max_seq_len: int) -> list[Row]:
-    """One :class:`Row` per turn with an action; prompts longer than fits are left-truncated."""
+def to_rows(samples: Sequence[TrainingSample], max_seq_len: int, temperature: float = 1.0) -> list[Row]:
+    """One :class:`Row` per turn with an action; prompts longer than fits are left-truncated. Each row
+    gets its sample's sampling temperature, or ``temperature`` for a sample that records none."""
     rows: list[Row] = []
     for index, s in enumerate(samples):
+        temp = float(s.sampling.temperature) if s.sampling is not None else temperature
         for turn in s.turns:
             if not turn.action_token_ids:
                 continue
             keep = max(1, max_seq_len - len(turn.action_token_ids))
             prompt = tuple(turn.prompt_token_ids[-keep:])
             rows.append(Row(prompt + tuple(turn.action_token_ids), len(prompt), tuple(turn.behaviour_logprobs),
-                            float(s.advantage), index, int(s.behaviour_version)))
+                            float(s.advantage), index, int(s.behaviour_version), temp))
     return rows
 
 
@@ -141,6 +171,7 @@ def collate(rows: Sequence[Row], pad_id: int = 0) -> Batch:
         token_weights=torch.zeros((b, width), dtype=torch.float32),
         row_weights=torch.zeros(b, dtype=torch.float32),
         behaviour_version=torch.tensor([r.behaviour_version for r in rows], dtype=torch.long),
+        temperature=torch.tensor([r.temperature for r in rows], dtype=torch.float32),
     )
 
 
@@ -162,33 +193,51 @@ def take(batch: Batch, index: Sequence[int]) -> Batch:
     return Batch(**out)
 
 
-def plan_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Group row indices (sorted by length) so that rows x longest row <= ``token_budget`` padded
-    tokens per group; a row longer than the budget gets a group of its own."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+def plan_micro_batches(lengths: Sequence[int], token_budget: int,
+                       seqs: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
+    """Group row indices into micro-batches of at most ``token_budget`` tokens; a row longer than the
+    budget gets a group of its own.
+
+    Without ``seqs``: rows sorted by length, a group costs rows x longest row (padded tokens). With the
+    rows' tokens ``seqs``: rows in lexicographic order (shared prefixes adjacent), a group costs the
+    tokens of its prefix tree (:func:`~streamgrpo.trainer.prefix.shared_tokens_cost`)."""
+    if seqs is None:
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    else:
+        order = sorted(range(len(lengths)), key=lambda i: tuple(seqs[i]))
     groups: list[list[int]] = []
     current: list[int] = []
+    tree = 0  # tokens of the current group's prefix tree (rows in lexicographic order)
     for i in order:
-        if current and (len(current) + 1) * lengths[i] > token_budget:
+        if seqs is None:
+            cost = (len(current) + 1) * lengths[i]
+        else:
+            cost = tree + lengths[i] - (common_length(seqs[current[-1]], seqs[i]) if current else 0)
+        if current and cost > token_budget:
             groups.append(current)
-            current = []
+            current, cost = [], lengths[i]
         current.append(i)
+        tree = cost
     if current:
         groups.append(current)
     return groups
 
 
 def build_batch(
-    samples: Sequence[TrainingSample], *, max_seq_len: int, normalisation: str, max_tokens: int, pad_id: int = 0
+    samples: Sequence[TrainingSample], *, max_seq_len: int, normalisation: str, max_tokens: int, pad_id: int = 0,
+    temperature: float = 1.0,
 ) -> Batch:
-    """Admitted samples of ONE optimizer step -> the weighted, padded :class:`Batch`."""
-    rows = to_rows(samples, max_seq_len)
+    """Admitted samples of ONE optimizer step -> the weighted, padded :class:`Batch` (``temperature``:
+    for samples that record no sampling parameters)."""
+    rows = to_rows(samples, max_seq_len, temperature)
     if not rows:
         raise ValueError("no trainable rows: admit() the samples first")
     return with_weights(collate(rows, pad_id), len(samples), normalisation, max_tokens)
 
 
-def micro_batches(batch: Batch, token_budget: int) -> list[Batch]:
-    """Split the optimizer ``batch`` into micro-batches of at most ``token_budget`` padded tokens."""
-    lengths = batch.attention_mask.sum(dim=1).tolist()
-    return [take(batch, group) for group in plan_micro_batches(lengths, token_budget)]
+def micro_batches(batch: Batch, token_budget: int, share_prefix: bool = True) -> list[Batch]:
+    """Split the optimizer ``batch`` into micro-batches of at most ``token_budget`` tokens: padded tokens,
+    or with ``share_prefix`` the tokens of each micro-batch's prefix tree (see :func:`plan_micro_batches`)."""
+    lengths = [int(n) for n in batch.attention_mask.sum(dim=1).tolist()]
+    seqs = [batch.input_ids[i, :n].tolist() for i, n in enumerate(lengths)] if share_prefix else None
+    return [take(batch, group) for group in plan_micro_batches(lengths, token_budget, seqs)]

@@ -44,7 +44,7 @@ class TrainerConfig(StrictModel):
     eps_high: float = Field(0.28, ge=0.0, description="Importance ratio clipped above at 1 + eps_high.")
     kl_coef: float = Field(0.0, ge=0.0, description="Weight of the KL penalty to the reference (base model with the adapter disabled); 0 disables it.")
     kl_estimator: str = Field("k3", description="KL estimator per token: k1, k2 or k3.")
-    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature of the rollouts; MUST equal it (behaviour logprobs are log_softmax(logits / temperature)).")
+    temperature: float = Field(1.0, gt=0.0, description="Temperature to recompute samples that record no sampling parameters (written before TrainingSample.sampling); every other sample is recomputed with its own recorded temperature.")
     lr: float = Field(5e-5, gt=0.0, description="Peak learning rate (AdamW).")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     lr_schedule: str = Field("constant", description="LR schedule after warmup: constant, linear or cosine.")
@@ -53,7 +53,11 @@ class TrainerConfig(StrictModel):
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="Final LR as a fraction of lr for linear/cosine.")
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient norm clipping.")
     samples_per_step: int = shared("samples_per_step")
-    micro_batch_tokens: int = Field(4096, ge=16, description="Padded-token budget of one micro-batch (gradient accumulation splits a step into micro-batches).")
+    micro_batch_tokens: int = Field(4096, ge=16, description="Token budget of one micro-batch (gradient accumulation splits a step into micro-batches): tokens of its prefix tree with share_prefix, else padded tokens.")
+    precision: str = Field("auto", description="Compute precision: auto (bf16 on a GPU or a CPU with AMX/AVX512-BF16, else fp32), bf16 or fp32. LoRA weights and optimizer state are fp32 in every case.")
+    share_prefix: bool = Field(True, description="Compute each prompt prefix shared by several rows of a micro-batch (system prompt, a group's question, a group's first-turn prompt) once, with gradients through it; same loss and gradient.")
+    correction: str = Field("tis", description="Off-policy correction: tis (PPO ratio against the trainer's own recomputation, times a truncated importance weight min(pi/mu, tis_cap) for the sampler's numerics and staleness) or behaviour (ratio against the behaviour logprobs, no weight).")
+    tis_cap: float = Field(2.0, gt=0.0, description="Truncation C of the importance weight min(exp(trainer logp - behaviour logp), C) (correction = tis).")
     max_seq_len: int = Field(2048, ge=8, description="Longest row (prompt + action); longer prompts are left-truncated, longer actions drop the sample.")
     max_staleness: int = shared("max_staleness")
     publish_every: int = Field(1, ge=1, description="Store + announce an adapter every this many optimizer steps (offsets are committed then).")
@@ -65,12 +69,15 @@ class TrainerConfig(StrictModel):
     @model_validator(mode="after")
     def _check_names(self) -> TrainerConfig:
         from streamgrpo.trainer.losses import LOSSES
+        from streamgrpo.trainer.losses.correction import CORRECTIONS
         from streamgrpo.trainer.losses.kl import KL_ESTIMATORS
         from streamgrpo.trainer.losses.normalisation import TOKEN_NORMALISATIONS
+        from streamgrpo.trainer.precision import PRECISIONS
         from streamgrpo.trainer.schedules import SCHEDULES
 
         for field, value, choices in (("loss", self.loss, LOSSES), ("normalisation", self.normalisation, TOKEN_NORMALISATIONS),
-                                      ("kl_estimator", self.kl_estimator, KL_ESTIMATORS), ("lr_schedule", self.lr_schedule, SCHEDULES)):
+                                      ("kl_estimator", self.kl_estimator, KL_ESTIMATORS), ("lr_schedule", self.lr_schedule, SCHEDULES),
+                                      ("precision", self.precision, PRECISIONS), ("correction", self.correction, CORRECTIONS)):
             if value not in choices:
                 raise ValueError(f"{field} = {value!r} is not one of {sorted(choices)}")
         return self
@@ -83,7 +90,7 @@ class TrainerConfig(StrictModel):
         from streamgrpo.trainer.losses import LossConfig
 
         return LossConfig(eps_low=self.eps_low, eps_high=self.eps_high, kl_coef=self.kl_coef,
-                          kl_estimator=self.kl_estimator)
+                          kl_estimator=self.kl_estimator, correction=self.correction, tis_cap=self.tis_cap)
 
     def model_spec(self) -> ModelSpec:
         from streamgrpo.trainer.model import ModelSpec
@@ -91,4 +98,4 @@ class TrainerConfig(StrictModel):
         return ModelSpec(base_model=self.base_model, cache_dir=self.model_cache, lora_rank=self.lora_rank,
                          lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
                          target_modules=tuple(self.lora_target_modules), load_in_4bit=self.load_in_4bit,
-                         device=self.device)
+                         device=self.device, precision=self.precision)

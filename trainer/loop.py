@@ -119,7 +119,7 @@ def announce_if_missing(producer: EventProducer, kafka: KafkaSettings, cfg: Trai
 
 
 #: Drop reasons that mean the record itself is bad: it goes to dead-letters (the others are normal drops).
-DEAD_LETTER_REASONS = frozenset({"malformed", "empty", "too_long", "not_a_sample"})
+DEAD_LETTER_REASONS = frozenset({"malformed", "empty", "too_long", "not_a_sample", "sampling_mismatch"})
 
 
 def accept(received: Received, state: TrainerState, cfg: TrainerConfig) -> tuple[R.TrainingSample | None, str | None]:
@@ -165,11 +165,11 @@ async def collect(consumer: EventConsumer, state: TrainerState, cfg: TrainerConf
 def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: TrainerConfig) -> dict[str, float]:
     """One optimizer step on ``samples`` (blocking; run it in a thread)."""
     batch = build_batch(samples, max_seq_len=cfg.max_seq_len, normalisation=cfg.normalisation,
-                        max_tokens=cfg.max_tokens)
-    step_cfg = StepConfig(loss=build_loss(cfg.loss), loss_config=cfg.loss_config(), temperature=cfg.temperature,
-                          max_grad_norm=cfg.max_grad_norm)
+                        max_tokens=cfg.max_tokens, temperature=cfg.temperature)
+    step_cfg = StepConfig(loss=build_loss(cfg.loss), loss_config=cfg.loss_config(), max_grad_norm=cfg.max_grad_norm,
+                          share_prefix=cfg.share_prefix)
     metrics = optimizer_step(state.model, state.optimizer, state.scheduler,
-                             micro_batches(batch, cfg.micro_batch_tokens), step_cfg)
+                             micro_batches(batch, cfg.micro_batch_tokens, cfg.share_prefix), step_cfg)
     state.step += 1
     return metrics
 
@@ -196,9 +196,12 @@ def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) ->
 
 def log_step(state: TrainerState, metrics: dict[str, float], seconds: float) -> None:
     drops = ", ".join(f"{k}={v}" for k, v in sorted(state.dropped.items())) or "none"
-    log.info("step %d loss=%.4f kl=%.4f clip=%.3f adv=%.3f tokens=%d tok/s=%.0f dropped: %s", state.step,
-             metrics["loss"], metrics["kl"], metrics["clip_frac"], metrics["mean_adv"], metrics["tokens"],
-             metrics["tokens"] / max(seconds, 1e-9), drops)
+    gaps = " ".join(f"v{k.removeprefix('abs_log_ratio_v')}={v:.3f}/{metrics['max_' + k]:.3f}"
+                    for k, v in sorted(metrics.items()) if k.startswith("abs_log_ratio_v"))
+    log.info("step %d loss=%.4f kl=%.4f clip=%.3f is_w=%.3f tis_trunc=%.3f adv=%.3f tokens=%d tok/s=%.0f "
+             "|logp-behaviour| mean/max %s dropped: %s", state.step, metrics["loss"], metrics["kl"],
+             metrics["clip_frac"], metrics["is_weight_mean"], metrics["tis_truncated_frac"], metrics["mean_adv"],
+             metrics["tokens"], metrics["tokens"] / max(seconds, 1e-9), gaps, drops)
 
 
 async def train(consumer: EventConsumer, producer: EventProducer, state: TrainerState, cfg: TrainerConfig,

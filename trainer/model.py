@@ -1,11 +1,15 @@
 """Policy model: a base causal LM with a trainable LoRA adapter (peft), QLoRA on CUDA only.
 
-- :func:`load_policy` resolves the base model (:mod:`~streamgrpo.models.base`), loads it in
-  bf16 on GPU / fp32 on CPU, and wraps it with a new LoRA adapter or the stored one to resume.
+- :func:`load_policy` resolves the base model (:mod:`~streamgrpo.models.base`), wraps it with a new
+  LoRA adapter or the stored one to resume, and prepares it for its precision
+  (:mod:`~streamgrpo.trainer.precision`: bf16 compute with fp32 LoRA master weights where the device
+  computes bf16 natively, fp32 elsewhere).
 - 4-bit QLoRA imports ``bitsandbytes`` only inside the CUDA path; requesting it without CUDA is a
   :class:`ModelConfigError` saying what to change.
-- :func:`token_logprobs` recomputes the behaviour quantity exactly: ``log_softmax(logits / T)`` at
-  each token over the FULL vocabulary (top-p only truncated sampling).
+- :func:`token_logprobs` recomputes the behaviour quantity: ``log_softmax(logits / T)`` at each token
+  over the FULL vocabulary (top-p only truncated sampling), with each row's own temperature ``T``,
+  the output head in fp32 on the action positions only, and optionally each shared prompt prefix
+  computed once (:mod:`~streamgrpo.trainer.prefix`).
 - :func:`tiny_model` builds a tiny Llama with a character-level tokenizer in-process, for tests.
 
 The reference policy for the KL term is the same model with the adapter disabled
@@ -26,6 +30,8 @@ from torch import Tensor
 
 from streamgrpo.models.base import resolve_base_model
 from streamgrpo.models.errors import BaseModelError
+from streamgrpo.trainer import precision as P
+from streamgrpo.trainer import prefix
 from streamgrpo.trainer.errors import ModelConfigError
 
 log = logging.getLogger(__name__)
@@ -43,6 +49,7 @@ class ModelSpec:
     target_modules: tuple[str, ...] = field(default=("q_proj", "k_proj", "v_proj", "o_proj"))
     load_in_4bit: bool = False
     device: str = "auto"
+    precision: str = "auto"  #: see :mod:`~streamgrpo.trainer.precision`
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -69,11 +76,12 @@ def _quantization_config() -> Any:
 
 
 def load_base(spec: ModelSpec) -> Any:
-    """The base causal LM (no adapter), on its device, in bf16 (GPU) / fp32 (CPU)."""
+    """The base causal LM (no adapter), on its device: loaded in its compute dtype on GPU (memory), in
+    fp32 on CPU (:func:`load_policy` then casts what :mod:`~streamgrpo.trainer.precision` says)."""
     from transformers import AutoModelForCausalLM
 
     device = pick_device(spec.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = P.resolve(spec.precision, device) if device.type == "cuda" else torch.float32
     kwargs: dict[str, Any] = {"dtype": dtype}
     if spec.load_in_4bit:
         kwargs["quantization_config"] = _quantization_config()
@@ -106,41 +114,83 @@ def attach_lora(base: Any, spec: ModelSpec, adapter_dir: Path | None = None) -> 
 
 
 def load_policy(spec: ModelSpec, adapter_dir: Path | None = None) -> Any:
-    """Base model + LoRA (new, or resumed from ``adapter_dir``) -> a ``peft.PeftModel`` in train mode."""
+    """Base model + LoRA (new, or resumed from ``adapter_dir``) -> a ``peft.PeftModel`` in train mode,
+    prepared for ``spec.precision`` (frozen decoder weights in the compute dtype, the rest fp32)."""
     model = attach_lora(load_base(spec), spec, adapter_dir)
+    dtype = P.resolve(spec.precision, pick_device(spec.device))
+    P.prepare_for_training(model, dtype)
+    log.info("trainer precision %s: compute in %s, LoRA weights and optimizer state in fp32", spec.precision,
+             str(dtype).removeprefix("torch."))
     model.train()
     return model
 
 
-def token_logprobs(model: Any, input_ids: Tensor, attention_mask: Tensor, temperature: float,
-                   only: Tensor | None = None) -> Tensor:
+def token_logprobs(model: Any, input_ids: Tensor, attention_mask: Tensor, temperature: float | Tensor,
+                   only: Tensor | None = None, share_prefix: bool = False) -> Tensor:
     """(B, T) long, (B, T) long -> (B, T) float32: ``log_softmax(logits / temperature)`` of each token
-    given the previous ones, over the full vocabulary; position 0 (no context) is 0.
+    given the previous ones, over the full vocabulary; position 0 (no context) is 0. Rows are right-padded.
 
+    ``temperature``: one for every row, or a (B,) tensor (each row recomputed with its own sample's).
+    The forward runs in the model's compute dtype (:func:`~streamgrpo.trainer.precision.compute_context`).
     ``only`` ((B, T) bool, e.g. the action mask): compute just those tokens (0 elsewhere). The output
-    head then runs on the hidden states of the positions that predict them, instead of producing
-    ``(B, T, V)`` logits for every prompt token (a 49k vocabulary over 500-token prompts is most of
-    the memory and a sixth of the FLOPs of a 135M model). Same values within float rounding.
+    head then runs, in fp32, on the hidden states of the positions that predict them, instead of
+    producing ``(B, T, V)`` logits for every prompt token (a 49k vocabulary over 500-token prompts is
+    most of the memory and a sixth of the FLOPs of a 135M model). Same values within float rounding.
+    ``share_prefix`` (with ``only``): compute each prompt prefix that several rows share once
+    (:mod:`~streamgrpo.trainer.prefix`); same values and gradients within float rounding.
     """
+    temps = _row_temperatures(temperature, input_ids)  # (B,)
     split = _decoder_and_head(model) if only is not None else None
-    if split is None:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
-        logits = logits[:, :-1].float() / temperature
-        targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
-        picked = torch.gather(logits, -1, targets).squeeze(-1)  # (B, T-1)
-        logp = picked - torch.logsumexp(logits, dim=-1)
-        if only is not None:
-            logp = logp * only[:, 1:]
-        return torch.nn.functional.pad(logp, (1, 0))
-    assert only is not None
-    decoder, head = split
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-    wanted = only[:, 1:].bool()  # token t is predicted at position t - 1
-    logits = head(hidden[:, :-1][wanted]).float() / temperature  # (N, V)
-    targets = input_ids[:, 1:][wanted]
-    picked = logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (N,)
+    with P.compute_context(model):
+        if split is None:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+            logits = logits[:, :-1].float() / temps[:, None, None]
+            targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
+            picked = torch.gather(logits, -1, targets).squeeze(-1)  # (B, T-1)
+            logp = picked - torch.logsumexp(logits, dim=-1)
+            if only is not None:
+                logp = logp * only[:, 1:]
+            return torch.nn.functional.pad(logp, (1, 0))
+        assert only is not None
+        decoder, head = split
+        wanted = only[:, 1:].bool()  # token t is predicted at position t - 1
+        if share_prefix and prefix.supported(decoder):
+            hidden = _shared_prefix_hidden(decoder, input_ids, attention_mask, wanted)  # (N, H)
+        else:
+            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1][wanted]
+        with P.full_precision(input_ids.device):
+            head_dtype = next(head.parameters()).dtype
+            row_temps = temps[wanted.nonzero()[:, 0]]  # (N,)
+            logits = head(hidden.to(head_dtype)).float() / row_temps[:, None]  # (N, V)
+            targets = input_ids[:, 1:][wanted]
+            picked = logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (N,)
     logp = torch.zeros(wanted.shape, dtype=picked.dtype, device=picked.device).masked_scatter(wanted, picked)
     return torch.nn.functional.pad(logp, (1, 0))
+
+
+def _row_temperatures(temperature: float | Tensor, input_ids: Tensor) -> Tensor:
+    """(B,) float32 temperatures on the device of ``input_ids``."""
+    rows = input_ids.shape[0]
+    if isinstance(temperature, Tensor):
+        if temperature.shape != (rows,):
+            raise ValueError(f"temperature must be a float or a ({rows},) tensor, got shape {tuple(temperature.shape)}")
+        return temperature.to(device=input_ids.device, dtype=torch.float32)
+    return torch.full((rows,), float(temperature), dtype=torch.float32, device=input_ids.device)
+
+
+def _shared_prefix_hidden(decoder: Any, input_ids: Tensor, attention_mask: Tensor, wanted: Tensor) -> Tensor:
+    """(N, H): the decoder's last hidden states at the ``wanted`` ((B, T-1) bool) positions, row-major,
+    with each prompt prefix shared by several rows computed once."""
+    lengths = [int(n) for n in attention_mask.sum(dim=1).tolist()]
+    positions = [torch.nonzero(wanted[b]).squeeze(-1) for b in range(wanted.shape[0])]
+    limits = [int(p[0]) if len(p) else lengths[b] - 1 for b, p in enumerate(positions)]
+    seqs = [input_ids[b, :lengths[b]].tolist() for b in range(input_ids.shape[0])]
+    parts = prefix.forward(decoder, input_ids, lengths, prefix.plan(seqs, limits))
+    picked = []
+    for b, p in enumerate(positions):
+        start, hidden = parts[b]
+        picked.append(hidden[p - start])
+    return torch.cat(picked)
 
 
 def _decoder_and_head(model: Any) -> tuple[Any, Any] | None:

@@ -1,14 +1,19 @@
 """One optimisation step on one optimizer batch -> metrics. No Kafka, no disk.
 
-For each micro-batch: recompute the policy log-probs (``log_softmax(logits / temperature)``),
-the reference log-probs with the adapter disabled (only when the KL term is on), the loss (its
-weights are global, so micro-batch losses add up to the full-batch loss), and backward. Then clip
-the gradient norm, step the optimizer and the LR schedule.
+For each micro-batch: recompute the policy log-probs (``log_softmax(logits / T)`` with each row's
+own sampling temperature, in the model's compute dtype, each shared prompt prefix once when
+``share_prefix``), the reference log-probs with the adapter disabled (only when the KL term is on),
+the loss (its weights are global, so micro-batch losses add up to the full-batch loss; the
+off-policy correction is the loss config's), and backward. Then clip the gradient norm, step the
+optimizer and the LR schedule.
 
-Metrics: loss, pg_loss, kl, clip_frac, mean_adv (per rollout), tokens, grad_norm, lr, and
-``abs_log_ratio_v<version>``: mean |current - behaviour| log-prob per behaviour version (how far
-the policy has moved from what sampled the data).
-Not covered: mixed-precision scaling (bf16 needs none), multi-device.
+Metrics: loss, pg_loss, kl, clip_frac, mean_adv (per rollout), tokens, grad_norm, lr,
+``is_weight_mean`` (mean importance weight applied per action token) and ``tis_truncated_frac``
+(fraction of action tokens whose weight hit the cap), and per behaviour version ``v``:
+``abs_log_ratio_v<v>`` / ``max_abs_log_ratio_v<v>``, the mean / max |trainer recomputation -
+behaviour| log-prob of its action tokens: the sampler/trainer mismatch (engine numerics, e.g. a bf16
+sampler) plus how far the policy moved since version ``v``.
+Not covered: mixed-precision loss scaling (bf16 needs none), multi-device.
 """
 
 from __future__ import annotations
@@ -32,15 +37,21 @@ class StepConfig:
 
     loss: LossFn
     loss_config: LossConfig
-    temperature: float = 1.0
     max_grad_norm: float | None = 1.0
+    share_prefix: bool = True  #: compute each prompt prefix shared by several rows once (``trainer.prefix``)
 
 
-def _reference_logp(model: Any, mb: Batch, temperature: float) -> torch.Tensor:
+def _logp(model: Any, mb: Batch, cfg: StepConfig) -> torch.Tensor:
+    """(B, T): the policy's log-probs of the action tokens (0 elsewhere), each row at its temperature."""
+    return token_logprobs(model, mb.input_ids, mb.attention_mask, mb.temperature, only=mb.action_mask,
+                          share_prefix=cfg.share_prefix)
+
+
+def _reference_logp(model: Any, mb: Batch, cfg: StepConfig) -> torch.Tensor:
     """(B, T): log-probs under the base model (adapter disabled), no grad."""
     ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
     with torch.no_grad(), ctx:
-        return token_logprobs(model, mb.input_ids, mb.attention_mask, temperature, only=mb.action_mask)
+        return _logp(model, mb, cfg)
 
 
 def _to(mb: Batch, device: torch.device) -> Batch:
@@ -53,23 +64,26 @@ def accumulate_gradients(model: Any, micro: Sequence[Batch], cfg: StepConfig) ->
     sums: dict[str, float] = defaultdict(float)
     for mb in micro:
         mb = _to(mb, device)
-        ref = _reference_logp(model, mb, cfg.temperature) if cfg.loss_config.kl_coef > 0 else None
-        logp = token_logprobs(model, mb.input_ids, mb.attention_mask, cfg.temperature, only=mb.action_mask)
+        ref = _reference_logp(model, mb, cfg) if cfg.loss_config.kl_coef > 0 else None
+        logp = _logp(model, mb, cfg)
         out = cfg.loss(LossInputs(logp, mb.behaviour_logp, mb.advantages, mb.action_mask,
-                                  mb.token_weights, mb.row_weights, ref), cfg.loss_config)
+                                  mb.token_weights, mb.row_weights, ref, prox_logp=logp.detach()), cfg.loss_config)
         out.loss.backward()
-        for name in ("loss", "pg_loss", "kl", "clipped", "tokens"):
+        for name in ("loss", "pg_loss", "kl", "clipped", "tokens", "is_weight", "truncated"):
             sums[name] += float(getattr(out, name).detach())
         _version_drift(logp.detach(), mb, sums)
     return dict(sums)
 
 
 def _version_drift(logp: torch.Tensor, mb: Batch, sums: dict[str, float]) -> None:
+    """Per behaviour version: sum, count and max of |recomputed - behaviour| over action tokens."""
     drift = (logp - mb.behaviour_logp).abs() * mb.action_mask
     for version in mb.behaviour_version.unique().tolist():
         rows = mb.behaviour_version == version
         sums[f"_drift_sum_v{version}"] += float(drift[rows].sum())
         sums[f"_drift_n_v{version}"] += float(mb.action_mask[rows].sum())
+        key = f"_drift_max_v{version}"
+        sums[key] = max(sums[key], float(drift[rows].max()))
 
 
 def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any, micro: Sequence[Batch],
@@ -100,6 +114,8 @@ def summarise(sums: dict[str, float], micro: Sequence[Batch], grad_norm: float, 
     metrics = {
         "loss": sums.get("loss", 0.0), "pg_loss": sums.get("pg_loss", 0.0), "kl": sums.get("kl", 0.0),
         "clip_frac": sums.get("clipped", 0.0) / tokens if tokens else 0.0, "tokens": tokens,
+        "is_weight_mean": sums.get("is_weight", 0.0) / tokens if tokens else 0.0,
+        "tis_truncated_frac": sums.get("truncated", 0.0) / tokens if tokens else 0.0,
         "mean_adv": sum(adv.values()) / len(adv) if adv else 0.0, "rollouts": float(len(adv)),
         "grad_norm": grad_norm, "lr": lr,
     }
@@ -108,6 +124,7 @@ def summarise(sums: dict[str, float], micro: Sequence[Batch], grad_norm: float, 
             version = key.removeprefix("_drift_sum_v")
             n = sums[f"_drift_n_v{version}"]
             metrics[f"abs_log_ratio_v{version}"] = value / n if n else 0.0
+            metrics[f"max_abs_log_ratio_v{version}"] = sums[f"_drift_max_v{version}"]
     return metrics
 
 

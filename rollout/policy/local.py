@@ -2,17 +2,27 @@
 
 :class:`LocalPolicy` holds ONE copy of the base weights. Adapter versions are peft LoRA adapters
 resident under immutable names ``f"{name}@v{version}"`` on a single ``PeftModel``; version 0 is the
-base model (served with ``disable_adapter()``). Sampling is the manual KV-cached loop of
-:mod:`.sampling`, so every recorded logprob is ``log_softmax(logits / T)`` over the full vocabulary
-(``top_p`` only truncates what is sampled from). :class:`LocalTextModel` answers chat requests with
+base model. Every recorded logprob is ``log_softmax(logits / T)`` over the full vocabulary, in
+float32, of the logits actually sampled from (``top_p`` only truncates what is sampled from; a
+logits mask renormalises, see :mod:`.sampling`). :class:`LocalTextModel` answers chat requests with
 the same weights, adapters disabled.
 
-Concurrency: one re-entrant lock serialises generation and adapter (un)loading (peft's active
-adapter is global state). Batching, not threads, is how throughput is obtained.
+Two engines (``engine=``):
+- ``"fast"`` (default): :class:`~.engine.FastEngine` over :class:`~.lean.LeanLlama` -- static KV
+  cache, a lean forward, continuous batching of concurrent calls (any adapter versions), prompt
+  prefixes shared within a call and kept across calls. Llama-architecture models only; other
+  models, and adapters it cannot run (DoRA...), use the eager engine, with a log line saying so.
+- ``"eager"``: the transformers-forward loop of :mod:`.sampling` (the previous behaviour and the
+  benchmark baseline); one call at a time under a lock (peft's active adapter is global state).
 
-What is covered: float32 CPU (logprobs match a fresh forward within 1e-4) and GPU (bf16/fp16 are
-allowed but then only match a forward in the same dtype to ~1e-2). What is not: merged adapters,
-QLoRA at rollout time, multiple adapters in one batch (one version per call).
+``dtype="auto"`` (default) is bfloat16 where bf16 matmuls are fast (AMX CPUs, bf16 GPUs) and
+float32 elsewhere (:mod:`.numerics`); :attr:`LocalPolicy.engine_label` (``"local/float32"``...) is
+recorded with every action.
+
+What is covered: float32 CPU (logprobs match a fresh transformers forward within 1e-4, both
+engines) and bf16 (logprobs are exactly those of the bf16 logits sampled from; they differ from a
+float32 recomputation, see BENCHMARKS.md). What is not: merged adapters, QLoRA at rollout time,
+CUDA graphs (the fast engine runs on GPUs with the same code, unmeasured here).
 """
 
 from __future__ import annotations
@@ -29,12 +39,16 @@ import torch
 from streamgrpo.avro import records as R
 from streamgrpo.rollout.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
 from streamgrpo.rollout.policy.base import BASE_VERSION, Generation, PlannerPolicy, served_name
-from streamgrpo.rollout.policy.sampling import sample_batch
+from streamgrpo.rollout.policy.engine import EngineRequest, FastEngine
+from streamgrpo.rollout.policy.lean import LeanAdapter, LeanLlama, unsupported_reason
+from streamgrpo.rollout.policy.numerics import dtype_name, engine_label, resolve_dtype
+from streamgrpo.rollout.policy.sampling import LogitsMask, Sampled, sample_batch
 from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 
 log = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: Accepted values of ``engine``.
+ENGINES = ("fast", "eager")
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -56,36 +70,43 @@ class LocalPolicy(PlannerPolicy):
         model_name_or_path: str = "smollm2-135m-instruct",
         device: str = "cpu",
         cache_dir: str | Path | None = None,
-        dtype: str = "float32",
+        dtype: str = "auto",
         keep_last: int = 4,
         eos_token_ids: set[int] | None = None,
+        engine: str = "fast",
+        prefix_cache_tokens: int = 4096,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from streamgrpo.models.base import resolve_base_model
 
-        if dtype not in _DTYPES:
-            raise PolicyError(f"dtype {dtype!r} is not one of {sorted(_DTYPES)}")
+        choice = resolve_dtype(dtype, device)
         path = resolve_base_model(model_name_or_path, cache_dir)
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(path))
-            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_DTYPES[dtype])
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=choice.dtype)
         except (OSError, ValueError) as exc:
             raise PolicyError(f"cannot load base model {model_name_or_path!r} from {path}: {exc}") from exc
-        self._setup(model, tokenizer, device, keep_last, eos_token_ids, str(model_name_or_path))
+        log.info("local policy dtype %s (%s: %s)", choice.name, dtype, choice.reason)
+        self._setup(model, tokenizer, device, keep_last, eos_token_ids, str(model_name_or_path), engine,
+                    prefix_cache_tokens)
 
     @classmethod
     def from_model(
         cls, model: Any, tokenizer: Any, *, device: str = "cpu", keep_last: int = 4,
-        eos_token_ids: set[int] | None = None, base_model: str = "in-process",
+        eos_token_ids: set[int] | None = None, base_model: str = "in-process", engine: str = "fast",
+        prefix_cache_tokens: int = 4096,
     ) -> LocalPolicy:
-        """Wrap an already built model + tokenizer (tests, notebooks); ``model`` is used in place."""
+        """Wrap an already built model + tokenizer (tests, notebooks); ``model`` is used in place
+        (the fast engine re-points its projection weights to views of fused tensors)."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, device, keep_last, eos_token_ids, base_model)
+        self._setup(model, tokenizer, device, keep_last, eos_token_ids, base_model, engine, prefix_cache_tokens)
         return self
 
-    def _setup(self, model: Any, tokenizer: Any, device: str, keep_last: int,
-               eos_token_ids: set[int] | None, base_model: str) -> None:
+    def _setup(self, model: Any, tokenizer: Any, device: str, keep_last: int, eos_token_ids: set[int] | None,
+               base_model: str, engine: str, prefix_cache_tokens: int) -> None:
+        if engine not in ENGINES:
+            raise PolicyError(f"engine {engine!r} is not one of {list(ENGINES)}")
         PlannerPolicy.__init__(self, keep_last)
         self.device = torch.device(device)
         self.base_model = base_model
@@ -98,6 +119,26 @@ class LocalPolicy(PlannerPolicy):
         self.pad_id = int(pad if pad is not None else min(self.eos_ids))
         #: prefill a repeated prompt once for all its rows (a group's first turn); off only to measure it
         self.share_prefill = True
+        self.dtype = next(self._base.parameters()).dtype
+        #: recorded as ``PlannerAction.engine``: backend and the dtype the behaviour logprobs come from
+        self.engine_label = engine_label("local", self.dtype)
+        self._fast: FastEngine | None = None
+        self._lean_adapters: dict[tuple[str, int], LeanAdapter | None] = {}  # None: eager only
+        reason = unsupported_reason(self._base) if engine == "fast" else "engine='eager' was asked for"
+        if reason is None:
+            self._fast = FastEngine(LeanLlama(self._base), prefix_cache_tokens=prefix_cache_tokens)
+        log.info("local policy: %s engine, %s%s", "fast" if self._fast else "eager", dtype_name(self.dtype),
+                 "" if reason is None else f" ({reason})")
+
+    @property
+    def engine(self) -> str:
+        """``"fast"`` or ``"eager"``: the engine serving the base model."""
+        return "fast" if self._fast is not None else "eager"
+
+    def close(self) -> None:
+        """Stop the fast engine's thread (idempotent); the policy cannot generate afterwards."""
+        if self._fast is not None:
+            self._fast.close()
 
     # -- prompts ----------------------------------------------------------------------------------
     def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
@@ -111,33 +152,60 @@ class LocalPolicy(PlannerPolicy):
     # -- generation -------------------------------------------------------------------------------
     def generate(
         self, prompts: list[list[int]], sampling: R.SamplingParams, *, adapter_name: str, adapter_version: int,
-        stop: JsonObjectEnd | None = None,
+        stop: JsonObjectEnd | None = None, logits_mask: LogitsMask | None = None,
     ) -> list[Generation]:
+        """See :meth:`PlannerPolicy.generate`; ``logits_mask`` is the per-row constraint hook of
+        :mod:`.sampling` (recorded logprobs are then those of the masked, renormalised distribution)."""
         if not prompts:
             return []
         if sampling.max_new_tokens < 1:
             raise PolicyError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
         start = time.perf_counter()
-        with self._lock:
-            self._slots.pin(adapter_name, adapter_version)  # raises AdapterNotResidentError
-            try:
-                sampled = self._sample(prompts, sampling, adapter_name, adapter_version, stop)
-            finally:
-                self._slots.unpin(adapter_name, adapter_version)
+        self._slots.pin(adapter_name, adapter_version)  # raises AdapterNotResidentError
+        try:
+            lean = self._fast_adapter(adapter_name, adapter_version)
+            if lean is False:
+                with self._lock:
+                    sampled = self._sample(prompts, sampling, adapter_name, adapter_version, stop, logits_mask)
+            else:
+                sampled = self._sample_fast(prompts, sampling, (adapter_name, adapter_version), lean, stop,
+                                            logits_mask)
+        finally:
+            self._slots.unpin(adapter_name, adapter_version)
         latency = int((time.perf_counter() - start) * 1000)
         return [
             Generation(prompt_token_ids=list(p), text=self.decode(s.token_ids), token_ids=s.token_ids,
                        logprobs=s.logprobs, adapter_name=adapter_name, adapter_version=adapter_version,
-                       latency_ms=latency)
+                       latency_ms=latency, engine=self.engine_label)
             for p, s in zip(prompts, sampled, strict=True)
         ]
 
+    def _fast_adapter(self, name: str, version: int) -> LeanAdapter | None | bool:
+        """The lean adapter serving ``version`` (None: the base model), or False: use the eager engine."""
+        if self._fast is None:
+            return False
+        if version == BASE_VERSION:
+            return None
+        lean = self._lean_adapters.get((name, version))
+        return False if lean is None else lean
+
+    def _sample_fast(self, prompts: list[list[int]], sampling: R.SamplingParams, key: tuple[str, int],
+                     lean: LeanAdapter | None, stop: JsonObjectEnd | None, logits_mask: LogitsMask | None,
+                     ) -> list[Sampled]:
+        assert self._fast is not None
+        request = EngineRequest(
+            prompts=[list(p) for p in prompts], temperature=sampling.temperature, top_p=sampling.top_p,
+            max_new_tokens=sampling.max_new_tokens, eos_ids=frozenset(self.eos_ids), seed=sampling.seed,
+            adapter_key=None if lean is None else key, adapter=lean,
+            stop=self._stop_callback(stop, len(prompts)), logits_mask=logits_mask)
+        return self._fast.generate(request)
+
     def _sample(self, prompts: list[list[int]], sampling: R.SamplingParams, name: str, version: int,
-                stop: JsonObjectEnd | None) -> list[Any]:
+                stop: JsonObjectEnd | None, logits_mask: LogitsMask | None = None) -> list[Any]:
         kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p,
                       max_new_tokens=sampling.max_new_tokens, eos_ids=self.eos_ids, pad_id=self.pad_id,
                       seed=sampling.seed, device=self.device, stop=self._stop_callback(stop, len(prompts)),
-                      share_prefill=self.share_prefill)
+                      share_prefill=self.share_prefill, logits_mask=logits_mask)
         if version == BASE_VERSION:
             if self._peft is None:
                 return sample_batch(self._base, prompts, **kwargs)
@@ -178,6 +246,7 @@ class LocalPolicy(PlannerPolicy):
                     self._peft.load_adapter(str(path), adapter_name=name, is_trainable=False)
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 raise AdapterLoadError(f"cannot load adapter {name} from {path}: {exc}") from exc
+            self._lean_adapters[(adapter_name, version)] = self._to_lean(name)
             self._slots.add(adapter_name, version)
             log.info("adapter %s resident (from %s)", name, path)
         self._evict(adapter_name)
@@ -192,6 +261,9 @@ class LocalPolicy(PlannerPolicy):
                 return
             self._slots.remove(adapter_name, version)  # raises AdapterInUseError when pinned
             name = served_name(adapter_name, version)
+            self._lean_adapters.pop((adapter_name, version), None)
+            if self._fast is not None:
+                self._fast.forget((adapter_name, version))
             if set(self._peft.peft_config) == {name}:
                 # peft cannot serve with zero adapters: strip the LoRA layers, back to the plain base model
                 self._base = self._peft.unload()
@@ -199,6 +271,16 @@ class LocalPolicy(PlannerPolicy):
             else:
                 self._peft.delete_adapter(name)
             log.info("adapter %s unloaded", served_name(adapter_name, version))
+
+    def _to_lean(self, name: str) -> LeanAdapter | None:
+        """The fast engine's copy of adapter ``name`` (None: it cannot run it; the eager engine will)."""
+        if self._fast is None:
+            return None
+        try:
+            return self._fast.lean.adapter_from_peft(self._peft, name)
+        except ValueError as exc:
+            log.warning("adapter %s runs on the eager engine: %s", name, exc)
+            return None
 
     def resident_versions(self, adapter_name: str) -> list[int]:
         return self._slots.versions(adapter_name)

@@ -10,9 +10,20 @@ Prompts of different lengths are LEFT padded; the attention mask hides the paddi
 ids count real tokens only (``cumsum(mask) - 1``), so a padded row produces the same logits as the
 same prompt alone (up to float rounding, ~1e-5 in float32).
 
+A per-row logits mask (the hook for grammar-constrained decoding): ``logits_mask(row, sampled)``
+returns the ``(V,)`` bool tensor of tokens ``row`` may sample next given the tokens it sampled so
+far (or None: no constraint). Masked tokens get ``-inf`` logits BEFORE the log-softmax, so the
+recorded logprob is that of the masked, renormalised distribution -- the one actually sampled
+from -- and a trainer must replay the same mask to recompute it.
+
+This module's :func:`sample_batch` is the transformers-forward ("eager") loop, kept as the
+baseline and as the path for models the fast engine (:mod:`.engine`) cannot run; both share
+:func:`sample_step`, so both record logprobs the same way.
+
 What is covered: EOS / max_new_tokens stopping, a per-row ``stop(row, token)`` callback (used to end a
-planner reply where its JSON object closes, see :mod:`.stopping`), seeded sampling through a
-``torch.Generator``. What is not: repetition penalties, beam search, speculative decoding.
+planner reply where its JSON object closes, see :mod:`.stopping`), the logits-mask hook, seeded
+sampling through a ``torch.Generator``. What is not: repetition penalties, beam search,
+speculative decoding, the grammar itself.
 """
 
 from __future__ import annotations
@@ -22,6 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+#: ``logits_mask(row, sampled_so_far) -> (V,) bool tensor of allowed next tokens, or None (all allowed)``
+LogitsMask = Callable[[int, Sequence[int]], torch.Tensor | None]
 
 
 @dataclass(frozen=True)
@@ -69,18 +83,59 @@ def nucleus_filter(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
     return logprobs.masked_fill(drop, float("-inf"))
 
 
+#: One generator per row (a row's draws then never depend on the other rows), or one for all, or None.
+Generators = Sequence[torch.Generator] | torch.Generator | None
+
+
+def row_generators(seed: int | None, rows: int) -> list[torch.Generator] | None:
+    """Row ``i`` of a call seeded ``seed`` draws from its own CPU generator (None: torch's global RNG).
+
+    A row's samples then depend only on its own distributions: not on which other rows share the
+    step, stop earlier, or are batched with another call -- and both engines draw the same way.
+    """
+    if seed is None:
+        return None
+    return [torch.Generator().manual_seed((seed * 0x9E3779B97F4A7C15 + row) % (1 << 63)) for row in range(rows)]
+
+
 def sample_step(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+    logits: torch.Tensor, temperature: float, top_p: float, generator: Generators,
+    allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One decoding step: ``(B, V)`` logits -> sampled ids ``(B,)`` and their behaviour logprobs ``(B,)``."""
+    """One decoding step: ``(B, V)`` logits -> sampled ids ``(B,)`` and their behaviour logprobs ``(B,)``.
+
+    ``allowed``: ``(B, V)`` bool; disallowed tokens are removed before the softmax (see module docstring).
+    """
+    if allowed is not None:
+        if not bool(allowed.any(dim=-1).all()):
+            raise ValueError("the logits mask allows no token for some row")
+        logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
     logprobs = behaviour_logprobs(logits, temperature)
     if temperature <= 0:
         tokens = logprobs.argmax(dim=-1)
     else:
-        probs = nucleus_filter(logprobs, top_p).exp()
-        # multinomial on CPU with the (CPU) generator keeps seeded runs identical across devices
-        tokens = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+        tokens = draw(nucleus_filter(logprobs, top_p).exp(), generator)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def draw(probs: torch.Tensor, generator: Generators) -> torch.Tensor:
+    """One token per row of ``(B, V)`` probabilities by inverting the float64 CDF: ``(B,)`` ids.
+
+    One uniform per row from the (CPU) generator(s), so seeded runs are identical across devices;
+    ``torch.multinomial`` draws one exponential per vocabulary entry (~49k per row), which was 5-10%
+    of a decode step. A zero-probability token is never returned (the CDF does not rise there).
+    """
+    cdf = probs.double().cumsum(dim=-1)
+    total = cdf[:, -1:]
+    if isinstance(generator, Sequence):
+        if len(generator) != probs.shape[0]:
+            raise ValueError(f"{len(generator)} generators for {probs.shape[0]} rows")
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generator])[:, None]
+    else:
+        u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64)
+    u = u.to(cdf.device) * total
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # strictly below the total mass
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1)
 
 
 @torch.no_grad()
@@ -97,6 +152,7 @@ def sample_batch(
     device: torch.device | str = "cpu",
     stop: Callable[[int, int], bool] | None = None,
     share_prefill: bool = True,
+    logits_mask: LogitsMask | None = None,
 ) -> list[Sampled]:
     """Sample up to ``max_new_tokens`` per prompt with a manual KV-cached decode loop.
 
@@ -105,7 +161,7 @@ def sample_batch(
     for which ``stop(row, token)`` returns True (that token is kept). ``share_prefill``: prefill each
     distinct prompt once (see :func:`prefill`).
     """
-    generator = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else None
+    generator = row_generators(seed, len(prompts))
     batch = len(prompts)
     out_ids: list[list[int]] = [[] for _ in range(batch)]
     out_lp: list[list[float]] = [[] for _ in range(batch)]
@@ -120,7 +176,8 @@ def sample_batch(
             result = model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
                            past_key_values=past, use_cache=True, **extra)
             past, logits = result.past_key_values, result.logits[:, -1, :]
-        tokens, lps = sample_step(logits, temperature, top_p, generator)
+        allowed = row_masks(logits_mask, out_ids, done.tolist(), logits) if logits_mask is not None else None
+        tokens, lps = sample_step(logits, temperature, top_p, generator, allowed)
         tokens_cpu, lps_cpu = tokens.cpu().tolist(), lps.cpu().tolist()
         for row in range(batch):
             if done[row]:
@@ -135,6 +192,20 @@ def sample_batch(
         step_pos = step_pos[:, -1:] + 1
         mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)], dim=1)
     return [Sampled(token_ids=i, logprobs=lp) for i, lp in zip(out_ids, out_lp, strict=True)]
+
+
+def row_masks(logits_mask: LogitsMask, sampled: Sequence[Sequence[int]], done: Sequence[bool],
+              logits: torch.Tensor) -> torch.Tensor | None:
+    """``(B, V)`` allowed-token mask from the per-row hook (finished rows: everything), or None if no row is masked."""
+    masks = [None if finished else logits_mask(row, sampled[row]) for row, finished in enumerate(done)]
+    if all(m is None for m in masks):
+        return None
+    full = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    for m in masks:
+        if m is not None and tuple(m.shape) != tuple(full.shape):
+            raise ValueError(f"a logits mask must have shape {tuple(full.shape)} (the model's vocabulary), "
+                             f"got {tuple(m.shape)}")
+    return torch.stack([full if m is None else m.to(device=logits.device, dtype=torch.bool) for m in masks])
 
 
 def prefill(model: torch.nn.Module, prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device | str,

@@ -98,12 +98,16 @@ def test_loop_drops_stale_samples_and_counts_them(kafka_ns, tiny_base, tmp_path)
     good = make_samples(tok, 1, seed=5, behaviour_version=1)[0]
     malformed = R.TrainingSample(**{**good.__dict__, "envelope": R.Envelope.new("test"),
                                     "turns": [R.SampleTurn(0, [5, 6], [7, 8], [-0.5])]})  # 2 tokens, 1 logprob
+    greedy = R.TrainingSample(**{**good.__dict__, "envelope": R.Envelope.new("test"),
+                                 "sampling": R.SamplingParams(0.0, 1.0, 16)})  # its logprobs cannot be recomputed
     current = make_samples(tok, 2, seed=4, behaviour_version=1)
-    publish_samples(kafka_ns, stale + [malformed] + current, key="one-partition")  # in this order, one partition
+    publish_samples(kafka_ns, stale + [malformed, greedy] + current, key="one-partition")  # one partition, in order
     published = asyncio.run(run_trainer(cfg.model_copy(update={"max_steps": 2}), kafka_ns))
     assert [e.version for e in published] == [2]
     assert published[0].metrics["dropped_stale"] == 2.0
     assert published[0].metrics["dropped_malformed"] == 1.0
-    assert sum(r.end - r.start + 1 for r in published[0].lineage) == 5  # consumed 5, trained 2
+    assert published[0].metrics["dropped_sampling_mismatch"] == 1.0
+    assert sum(r.end - r.start + 1 for r in published[0].lineage) == 6  # consumed 6, trained 2
     letters = [r.event for r in read_topic(kafka_ns, "dead-letters")]
-    assert [(d.reason_code, d.source_topic) for d in letters] == [("trainer_malformed", "training-samples")]
+    assert [(d.reason_code, d.source_topic) for d in letters] == [("trainer_malformed", "training-samples"),
+                                                                  ("trainer_sampling_mismatch", "training-samples")]

@@ -25,6 +25,8 @@ class LossConfig:
     eps_high: float = 0.2  #: ratio clipped above at 1 + eps_high (DAPO "clip-higher" when > eps_low)
     kl_coef: float = 0.0  #: weight of the KL(policy || reference) penalty; 0 disables it
     kl_estimator: str = "k3"  #: "k1", "k2" or "k3" (see :mod:`~streamgrpo.trainer.losses.kl`)
+    correction: str = "tis"  #: "tis" or "behaviour" (see :mod:`~streamgrpo.trainer.losses.correction`)
+    tis_cap: float = 2.0  #: C: importance weights above it are truncated to it (``tis`` only)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class LossInputs:
     row_weights:     (B,)   float, aggregation weight of each row for sequence-level losses;
                      over a whole optimizer batch they sum to 1
     ref_logp:        (B, T) float or None, reference-policy log-probs (no grad) for the KL term
+    prox_logp:       (B, T) float or None, the trainer's recomputation of the policy before this step
+                     (no grad); None: the value of ``logp`` (one optimizer update per batch)
     """
 
     logp: Tensor
@@ -49,6 +53,7 @@ class LossInputs:
     token_weights: Tensor
     row_weights: Tensor
     ref_logp: Tensor | None = None
+    prox_logp: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,8 @@ class LossOutput:
     kl:          ()  weighted KL estimate (0 when no reference is given)
     clipped:     ()  number of action tokens whose clipped branch is active (no gradient from them)
     tokens:      ()  number of action tokens
+    is_weight:   ()  sum over action tokens of the importance weight applied (1 each without correction)
+    truncated:   ()  number of action tokens whose importance weight was truncated to the cap
     """
 
     loss: Tensor
@@ -67,6 +74,8 @@ class LossOutput:
     kl: Tensor
     clipped: Tensor
     tokens: Tensor
+    is_weight: Tensor
+    truncated: Tensor
 
 
 LossFn = Callable[[LossInputs, LossConfig], LossOutput]
@@ -82,12 +91,32 @@ def kl_term(inputs: LossInputs, cfg: LossConfig) -> Tensor:
     return (per_token * inputs.token_weights * inputs.action_mask).sum()
 
 
-def finish(pg_loss: Tensor, kl: Tensor, clipped: Tensor, inputs: LossInputs, cfg: LossConfig) -> LossOutput:
-    """Combine the parts into a :class:`LossOutput`."""
+def old_and_weight(inputs: LossInputs, cfg: LossConfig) -> tuple[Tensor, Tensor]:
+    """(B, T) each: the log-probs the ratio is taken against, and the UNCAPPED log importance weight
+    (``losses.correction``; each loss caps it at token or sequence level)."""
+    from streamgrpo.trainer.losses.correction import build_correction
+
+    old, log_weight = build_correction(cfg.correction)(inputs.logp, inputs.prox_logp, inputs.behaviour_logp)
+    zero = torch.zeros_like(log_weight)
+    return old.detach(), torch.where(inputs.action_mask, log_weight, zero).detach()
+
+
+def capped(log_weight: Tensor, cfg: LossConfig) -> tuple[Tensor, Tensor]:
+    """Weights ``min(exp(log_weight), tis_cap)`` and where the cap applied (bool), same shape."""
+    raw = torch.exp(log_weight)
+    return raw.clamp(max=cfg.tis_cap), raw > cfg.tis_cap
+
+
+def finish(pg_loss: Tensor, kl: Tensor, clipped: Tensor, inputs: LossInputs, cfg: LossConfig,
+           weights: Tensor, truncated: Tensor) -> LossOutput:
+    """Combine the parts into a :class:`LossOutput` (``weights``/``truncated``: per action token, (B, T))."""
+    mask = inputs.action_mask
     return LossOutput(
         loss=pg_loss + cfg.kl_coef * kl,
         pg_loss=pg_loss.detach(),
         kl=kl.detach(),
         clipped=clipped.detach().to(torch.float32),
-        tokens=inputs.action_mask.sum().to(torch.float32),
+        tokens=mask.sum().to(torch.float32),
+        is_weight=(weights * mask).sum().detach().to(torch.float32),
+        truncated=(truncated & mask).sum().to(torch.float32),
     )

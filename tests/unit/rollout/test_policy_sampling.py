@@ -73,3 +73,25 @@ def test_repeated_prompts_are_prefilled_once_and_every_row_matches_a_fresh_forwa
             logits = model(input_ids=ids).logits[0]
         fresh = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1).gather(-1, torch.tensor(row.token_ids)[:, None])
         assert torch.allclose(fresh.squeeze(-1), torch.tensor(row.logprobs), atol=1e-4)
+
+
+def test_inverse_cdf_draw_follows_the_distribution_and_never_picks_a_zero_probability_token() -> None:
+    from streamgrpo.rollout.policy.sampling import draw
+
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0]] * 20000)
+    gen = torch.Generator().manual_seed(0)
+    tokens = draw(probs, gen)
+    counts = torch.bincount(tokens, minlength=5).float() / len(tokens)
+    assert counts[1] == 0 and counts[4] == 0
+    assert torch.allclose(counts, probs[0], atol=0.01)
+    again = draw(probs[:50], torch.Generator().manual_seed(0))
+    assert torch.equal(again, tokens[:50])  # seeded: reproducible
+
+
+def test_a_row_whose_mask_allows_nothing_is_an_error_not_a_silent_sample() -> None:
+    import pytest
+
+    logits = torch.zeros(2, 4)
+    allowed = torch.tensor([[True, False, False, False], [False, False, False, False]])
+    with pytest.raises(ValueError, match="allows no token"):
+        sample_step(logits, 1.0, 1.0, None, allowed)

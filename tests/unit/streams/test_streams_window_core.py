@@ -170,3 +170,20 @@ def test_inputs_beyond_the_bounds_are_rejected_before_they_size_the_work() -> No
                     R.JudgeInfo("m", "h"), 10**9, "planner", 0, 1, R.RolloutStatus.ANSWERED)
     assert "group_size 1000000000" in (out_of_bounds(huge) or "")
     assert "turn count 100000" in (out_of_bounds(completed(0, turns=100_000)) or "")
+
+
+def test_sample_carries_the_planner_actions_sampling_parameters() -> None:
+    """The sampling parameters of the PlannerActions reach the TrainingSample."""
+    s = fresh()
+    for i, sc in enumerate([1.0, 0.0, 0.5, 0.5]):
+        s, _ = add_reward(s, reward(i, sc))
+        s = add_completed(s, completed(i, turns=1))
+    s, _ = maybe_close(s, policy(), now=101.0)
+    r0 = ids.rollout_id(G, 0)
+    sampling = R.SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=64, seed=11)
+    action = R.PlannerAction(
+        envelope=R.Envelope.new("rollout", task_id="task-1", group_id=G, rollout_id=r0, turn=1),
+        prompt_token_ids=[1, 2], action_text="{}", action_token_ids=[3], behaviour_logprobs=[-0.2],
+        adapter_name="planner", adapter_version=3, sampling=sampling, parse_status=R.ParseStatus.STRICT,
+        prompt_hash="h", latency_ms=1)
+    assert build_sample(s, r0, [action]).sampling == sampling

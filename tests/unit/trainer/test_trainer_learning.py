@@ -39,7 +39,7 @@ def test_grpo_raises_reward_on_a_toy_task():
     digits = set(tok.convert_tokens_to_ids(list("0123456789")))
     prompt = tok.encode("Say a number:", add_special_tokens=False)
     optimizer = build_optimizer(model, lr=1e-2)
-    cfg = StepConfig(loss=build_loss("grpo"), loss_config=LossConfig(), temperature=TEMPERATURE)
+    cfg = StepConfig(loss=build_loss("grpo"), loss_config=LossConfig())
     gen = torch.Generator().manual_seed(0)
     rewards_per_step = []
     for step in range(15):
@@ -55,7 +55,8 @@ def test_grpo_raises_reward_on_a_toy_task():
                 samples.append(R.TrainingSample(
                     envelope=R.Envelope.new("test"), turns=[R.SampleTurn(0, prompt, a, lp)], advantage=ad,
                     reward=0.0, group_mean=0.0, group_std=1.0, group_size=GROUP, estimator="grpo",
-                    adapter_name="planner", behaviour_version=step))
+                    adapter_name="planner", behaviour_version=step,
+                    sampling=R.SamplingParams(TEMPERATURE, 1.0, ACTION_LEN)))
         rewards_per_step.append(sum(rewards) / len(rewards))
         model.train()
         batch = build_batch(samples, max_seq_len=64, normalisation="rollout_mean", max_tokens=ACTION_LEN)

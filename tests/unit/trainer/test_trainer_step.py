@@ -88,14 +88,14 @@ def test_models_with_logit_softcapping_take_the_full_logits_path():
 def test_micro_batch_accumulation_equals_one_big_batch(loss_name):
     model, tok = policy()
     batch = build_batch(samples(tok), max_seq_len=128, normalisation="rollout_mean", max_tokens=32)
-    cfg = StepConfig(loss=build_loss(loss_name), loss_config=LossConfig(kl_coef=0.05), temperature=0.9)
+    cfg = StepConfig(loss=build_loss(loss_name), loss_config=LossConfig(kl_coef=0.05), share_prefix=False)
     params = [p for p in model.parameters() if p.requires_grad]
 
     model.zero_grad()
     whole = accumulate_gradients(model, [batch], cfg)
     g_whole = [p.grad.clone() for p in params]
     model.zero_grad()
-    parts = micro_batches(batch, token_budget=64)
+    parts = micro_batches(batch, token_budget=64, share_prefix=False)
     assert len(parts) >= 3
     split = accumulate_gradients(model, parts, cfg)
     g_split = [p.grad.clone() for p in params]
@@ -130,9 +130,26 @@ def test_params_change_after_one_step_and_metrics_are_reported():
     m = optimizer_step(model, opt, sched, micro_batches(batch, 128), cfg)
     changed = [n for n, p in model.named_parameters() if not torch.equal(p, before[n])]
     assert changed and all("lora_" in n for n in changed)
-    for key in ("loss", "pg_loss", "kl", "clip_frac", "mean_adv", "tokens", "grad_norm", "lr",
-                "abs_log_ratio_v0", "abs_log_ratio_v1"):
+    for key in ("loss", "pg_loss", "kl", "clip_frac", "mean_adv", "tokens", "grad_norm", "lr", "is_weight_mean",
+                "tis_truncated_frac", "abs_log_ratio_v0", "abs_log_ratio_v1", "max_abs_log_ratio_v0",
+                "max_abs_log_ratio_v1"):
         assert key in m
     assert m["tokens"] == float(batch.action_mask.sum())
-    assert 0.0 <= m["clip_frac"] <= 1.0
-    assert m["abs_log_ratio_v0"] > 0
+    assert 0.0 <= m["clip_frac"] <= 1.0 and 0.0 <= m["tis_truncated_frac"] <= 1.0
+    assert 0 < m["abs_log_ratio_v0"] <= m["max_abs_log_ratio_v0"]
+
+
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_each_row_is_recomputed_at_its_own_temperature(share_prefix):
+    model, tok = policy()
+    ids = torch.tensor([tok.encode("hello world", add_special_tokens=False)] * 2)
+    mask = torch.ones_like(ids)
+    only = torch.zeros_like(ids, dtype=torch.bool)
+    only[:, 6:] = True
+    got = token_logprobs(model, ids, mask, torch.tensor([0.5, 1.5]), only=only, share_prefix=share_prefix)
+    with torch.no_grad():
+        logits = model(input_ids=ids[:1], attention_mask=mask[:1]).logits[0]
+    for row, temp in ((0, 0.5), (1, 1.5)):
+        expected = torch.log_softmax(logits[:-1] / temp, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+        torch.testing.assert_close(got[row, 6:], expected[5:], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got[0, 6:], got[1, 6:], atol=1e-3)
