@@ -31,6 +31,8 @@ What is NOT covered: see :mod:`.jail` (kernel bugs in allowed syscalls, no cgrou
 
 from __future__ import annotations
 
+import ast
+
 import json
 import logging
 import os
@@ -259,6 +261,31 @@ def prepare_jail(limits: SandboxSettings) -> JailPlan:
     return plan
 
 
+def echo_last_expression(code: str) -> str:
+    """Print the value of a trailing expression, as the Python REPL does (``778*74`` shows ``57572``).
+
+    Planners often send a bare expression; without this the tool answers ``(no output)`` and the turn is
+    wasted. The source is only parsed here (``ast`` never runs it; the sandbox does). A program that does not
+    parse, or whose last statement is not an expression, is returned unchanged (its error, if any, comes
+    from the sandbox, as before).
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+        return code
+    last = tree.body[-1]
+    if isinstance(last.value, ast.Call) and isinstance(last.value.func, ast.Name) and last.value.func.id == "print":
+        return code
+    lines = code.splitlines()
+    head = "\n".join(lines[: last.lineno - 1] + [lines[last.lineno - 1][: last.col_offset]])
+    expr = ast.get_source_segment(code, last.value) or ""
+    if not expr:
+        return code
+    return f"{head}__value__ = ({expr})\nif __value__ is not None:\n    print(__value__)\n"
+
+
 def run_sandboxed(code: str, limits: SandboxSettings | None = None, plan: JailPlan | None = None) -> SandboxRun:
     """Run ``code`` in the jail; see the module docstring for what is enforced. Without ``plan`` the
     jail is planned and verified first (a tool builds it once instead)."""
@@ -303,7 +330,7 @@ class PythonSandbox(Tool):
         if len(code) > MAX_CODE_CHARS:
             return ToolResult(output="", error=f"program longer than {MAX_CODE_CHARS} characters")
         try:
-            run = run_sandboxed(code, self.limits, self.plan)
+            run = run_sandboxed(echo_last_expression(code), self.limits, self.plan)
         except OSError as exc:  # the host could not start bwrap (fork limit, out of memory, ...)
             return ToolResult(output="", error=f"the sandbox could not start: {exc}; retry later")
         error = run.error(self.limits)

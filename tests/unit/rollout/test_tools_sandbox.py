@@ -169,3 +169,26 @@ def test_bad_input_is_an_error_not_an_exception(tool: PythonSandbox) -> None:
     assert tool.run({"code": "print("}).error == "exit status 1: SyntaxError: '(' was never closed"
 
 
+
+
+@pytest.mark.parametrize("code, shown", [
+    ("778*74", "57572"),
+    ("x = 3\nx * 2", "6"),
+    ("import math\nmath.isqrt(17)  # trailing comment", "4"),
+    ("a = 1; a + 1", "2"),
+])
+def test_a_trailing_expression_is_shown_like_the_repl(tool: PythonSandbox, code: str, shown: str) -> None:
+    result = tool.run({"code": code})
+    assert result.error is None and result.output.strip() == shown
+
+
+@pytest.mark.parametrize("code", ["x = 778 * 74", "None", "def f():\n    return 1"])
+def test_a_program_without_a_value_still_says_so(tool: PythonSandbox, code: str) -> None:
+    assert tool.run({"code": code}).output.startswith("(no output")
+
+
+def test_echo_only_rewrites_a_trailing_expression() -> None:
+    from streamgrpo.rollout.tools.python_sandbox import echo_last_expression
+    assert echo_last_expression("print(1)") == "print(1)"
+    assert echo_last_expression("def f(:") == "def f(:"  # unparsable: the sandbox reports the error
+    assert echo_last_expression("for i in range(2):\n    i") == "for i in range(2):\n    i"

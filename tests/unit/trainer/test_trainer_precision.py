@@ -14,7 +14,7 @@ from streamgrpo.trainer.errors import ModelConfigError
 from streamgrpo.trainer.losses import LossConfig, build_loss
 from streamgrpo.trainer.model import ModelSpec, attach_lora, load_policy, tiny_model, token_logprobs
 from streamgrpo.trainer.step import StepConfig, accumulate_gradients, build_optimizer, optimizer_step
-from streamgrpo.trainer.synthetic import make_samples
+from support.samples import make_samples
 
 CPU = torch.device("cpu")
 #: bf16 vs fp32 on the same weights and batch (tiny model): |loss difference| and gradient cosine.
