@@ -31,8 +31,8 @@ import sys
 import time
 
 from streamgrpo.models.stats import Arm, VersionStats
-from streamgrpo.streams.ab_core import ABInput, ABPolicy, decide
 from streamgrpo.streams.ab_controller import policy_from
+from streamgrpo.streams.ab_core import ABInput, ABPolicy, decide
 from streamgrpo.streams.config import StreamsSettings
 
 GROUP_SIZE, TURNS, HETEROGENEITY = 4, 2, 2.0

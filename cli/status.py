@@ -5,9 +5,9 @@ What it shows, and where each figure comes from:
 - consumer lag per group, topic and partition: the committed offsets of every consumer group
   (confluent-kafka AdminClient) against the true end of each partition (:func:`end_offsets`, which
   also corrects the embedded Tansu's high-watermark quirk);
-- adapter versions published / primary / canary: the fold of ``adapter-events`` (the A/B
-  controller's own :class:`AdapterState`, with ``[streams] canary_share``), and the statuses of
-  ``adapter-registry`` when it has records;
+- adapter versions published / primary / canary: the one registry fold of ``adapter-events``
+  (:mod:`streamgrpo.models.registry`, with ``[loop] canary_share``), and the statuses of
+  ``adapter-registry`` when it has records (``streamgrpo adapters list`` shows the full table);
 - versions served per worker: the newest ``rollouts`` record of each worker instance, plus the
   rollout endpoint's ``streamgrpo_adapter_version{role="served"}`` when it answers;
 - groups in flight: the streams endpoint's ``streamgrpo_groups_open`` when it is up, else groups
@@ -172,13 +172,14 @@ def consumer_lags(reader: Reader) -> list[Lag]:
 def adapter_versions(reader: Reader, canary_share: float) -> tuple[dict[str, int | None], dict[int, str]]:
     """(published/primary/canary from adapter-events, {version: status} from adapter-registry)."""
     from streamgrpo.avro import records as R
-    from streamgrpo.streams.ab_controller import AdapterState
+    from streamgrpo.models.registry import AdapterRegistry
 
-    state = AdapterState()
-    for ev in reader.since(ADAPTER_TOPIC):
-        state.apply(ev, canary_share)
+    fold, events = AdapterRegistry(canary_share), reader.since(ADAPTER_TOPIC)
+    for ev in events:
+        fold.apply(ev)
+    line = fold.line(events[-1].adapter_name) if events else fold.line("planner")
     registry = {ev.version: ev.status.value for ev in reader.since(REGISTRY_TOPIC) if isinstance(ev, R.AdapterState)}
-    return {"published": state.latest, "primary": state.primary, "canary": state.canary}, registry
+    return {"published": line.latest, "primary": line.primary, "canary": line.canary}, registry
 
 
 def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:

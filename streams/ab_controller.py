@@ -35,7 +35,7 @@ from streamgrpo.avro import records as R
 from streamgrpo.models.adapter_state import adapter_states, content_key
 from streamgrpo.models.registry import AdapterRegistry, Line
 from streamgrpo.models.stats import Stats
-from streamgrpo.streams.ab_core import ABPolicy, Guardrails, ABInput, Verdict, decide
+from streamgrpo.streams.ab_core import ABInput, ABPolicy, Guardrails, Verdict, decide
 from streamgrpo.streams.app import StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 

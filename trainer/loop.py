@@ -45,11 +45,11 @@ from streamgrpo.topics.dedup import RecentIds
 from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.topics.received import Received
+from streamgrpo.trainer import rollback
 from streamgrpo.trainer.batching import build_batch, drop_reason, micro_batches
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.errors import TrainerError
 from streamgrpo.trainer.lineage import Lineage, already_trained
-from streamgrpo.trainer import rollback
 from streamgrpo.trainer.losses import build_loss
 from streamgrpo.trainer.model import load_policy
 from streamgrpo.trainer.rollback import check_rollback, drop_reason_for

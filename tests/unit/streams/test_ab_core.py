@@ -8,7 +8,7 @@ import random
 import pytest
 
 from streamgrpo.models.stats import Arm, VersionStats
-from streamgrpo.streams.ab_core import ABPolicy, ABInput, arm_variance, decide, guardrail, msprt
+from streamgrpo.streams.ab_core import ABInput, ABPolicy, arm_variance, decide, guardrail, msprt
 
 
 def arm(outcomes: list[float]) -> Arm:
