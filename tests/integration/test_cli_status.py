@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from streamgrpo import metrics as M
 from streamgrpo.avro import records as R
+from streamgrpo.avro.ids import derived_id
 from streamgrpo.cli import cli
 from streamgrpo.cli.status import collect, render
 from streamgrpo.config import KafkaSettings
@@ -38,7 +39,7 @@ def _sample(kind: type[R.Event]) -> Any:
 def _env(service: str, instance: str = "host:1", salt: object = "", **ids: Any) -> R.Envelope:
     """A fresh envelope (now, so it is inside the last hour) from ``service``/``instance``."""
     return dataclasses.replace(R.Envelope.new(service, **ids), producer=R.Producer(service=service, instance=instance),
-                               event_id=R.derived_id("status-test", service, instance, salt, *ids.values()))
+                               event_id=derived_id("status-test", service, instance, salt, *ids.values()))
 
 
 def _produce(kafka: KafkaSettings) -> None:
