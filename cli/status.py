@@ -244,7 +244,7 @@ def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: floa
     reader = Reader(kafka)
     try:
         _fill_from_topics(report, reader, readings, canary_share, window_s)
-    except KafkaException as exc:
+    except (KafkaException, TopicsError) as exc:
         raise TopicsError(f"Kafka at {report.bootstrap} did not answer ({exc}); check [kafka] bootstrap "
                           "(STREAMGRPO_KAFKA__BOOTSTRAP) or start the embedded broker") from exc
     finally:

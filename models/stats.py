@@ -117,8 +117,8 @@ class Stats:
         self.max_open_groups = max_open_groups
         self.versions: dict[tuple[str, int], VersionStats] = {}
         self.open: dict[str, _OpenGroup] = {}
-        self._finished = RecentIds(1_000_000)
-        self._seen = RecentIds(1_000_000)
+        self._finished = RecentIds(100_000)
+        self._seen = RecentIds(100_000)
 
     def of(self, adapter_name: str, version: int) -> VersionStats:
         """The statistics of one version (empty when it never served)."""

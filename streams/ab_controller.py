@@ -14,10 +14,13 @@ the running test (AdapterPromoted / AdapterRolledBack / AdapterVerdict, with the
 deterministic ids: two controllers deciding the same thing write the same id). After writing, the
 controller waits until its own follower has folded the event before it decides again.
 
-Thin agent (``register(ctx)``, agent ``ab``; run it on ONE worker): a timer decides every
-``tick_interval_s`` once the follower caught up, and every ``registry_interval_s`` publishes the
-``AdapterState`` of each version whose content changed (the base model included) on the compacted
-``adapter-registry`` topic, so tools read the current state without replaying.
+Thin agent (``register(ctx)``, agent ``ab``): a timer decides every ``tick_interval_s`` once the
+follower caught up, and every ``registry_interval_s`` publishes the ``AdapterState`` of each version
+whose content changed (the base model included) on the compacted ``adapter-registry`` topic, so tools
+read the current state without replaying. One leader: every worker running ``ab`` also consumes
+``adapter-events`` (one partition) in the app's consumer group, and only the worker that holds that
+partition decides and publishes; during a rebalance the lease may move (identical decisions of two
+workers carry the same deterministic id and are folded once).
 What is not covered: more than one adapter name per controller (``[loop] adapter_name``); the
 start-up replay reads those topics from the beginning (planner-actions included), O(history).
 """
@@ -30,13 +33,15 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from faust.types import TP
+
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.models.adapter_state import adapter_states, content_key
 from streamgrpo.models.registry import AdapterRegistry, Line
 from streamgrpo.models.stats import Stats
 from streamgrpo.streams.ab_core import ABInput, ABPolicy, Guardrails, Verdict, decide
-from streamgrpo.streams.app import StreamsContext
+from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 
 log = logging.getLogger(__name__)
@@ -158,7 +163,7 @@ def register(ctx: StreamsContext) -> Lifecycle:
         await follower.run()
 
     async def ab_tick() -> None:
-        if not follower.caught_up.is_set():
+        if not follower.caught_up.is_set() or not leads():
             return
         for event in life.next_events(time.time()):
             log.info("lifecycle: %s v%s: %s", type(event).__name__, getattr(event, "version", "?"),
@@ -172,6 +177,14 @@ def register(ctx: StreamsContext) -> Lifecycle:
                 life.mark_published(state)
                 ctx.count("ab.registry_states")
 
+    async def lease(stream: FaustStream) -> None:
+        async for _ in stream.events():  # consumed only so that ONE worker of the group holds the partition
+            pass
+
+    def leads() -> bool:
+        return TP(ctx.name("adapter-events"), 0) in ctx.app.assignor.assigned_actives()
+
     ctx.app.task(run_follower)
+    ctx.app.agent(ctx.topics["adapter-events"], name="streamgrpo.ab.lease")(lease)
     ctx.app.timer(max(0.2, s.tick_interval_s), name="streamgrpo.ab")(ab_tick)
     return life
