@@ -9,10 +9,13 @@ replayed and live events would no longer deduplicate against each other).
   (rollout ``i`` of group ``g`` is always ``rollout_id(g, i)``; the window lists missing rollouts
   with it);
 - events derived by the stream processors: :func:`request_event_id`, :func:`group_closed_id`,
-  :func:`sample_id`, :func:`promotion_id`, :func:`rollback_id`;
+  :func:`sample_id`, :func:`promotion_id`, :func:`rollback_id`, :func:`verdict_id` (the A/B
+  controller's decisions: one per version and test);
 - events of one rollout: :func:`rollout_event_id` (planner actions, tool observations and verdicts
   per turn; the completion once);
 - the judge's :func:`reward_id`, the trainer's :func:`adapter_published_id`;
+- :func:`human_reward_id`: a person's label of a rollout (the same label given twice is one event; a
+  changed score is a new one);
 - :func:`dead_letter_id`: the record's place (catalog topic, partition, offset) only, so the same bad
   record gets the same dead letter whichever consumer finds it.
 
@@ -76,6 +79,16 @@ def promotion_id(adapter: str, version: int) -> str:
 
 def rollback_id(adapter: str, version: int) -> str:
     return derived_id("ab-rollback", adapter, version)
+
+
+def verdict_id(adapter: str, version: int, action: str, test_started_ms: int) -> str:
+    """An A/B verdict that neither promotes nor rolls back (``AdapterVerdict``): one per test of a version."""
+    return derived_id("ab-verdict", adapter, version, action, test_started_ms)
+
+
+def human_reward_id(rollout: str, labeller: str, score: float) -> str:
+    """A human Reward (provenance ``human:<name>``) of ``rollout`` with ``score``."""
+    return derived_id("human-reward", rollout, labeller, repr(float(score)))
 
 
 def eval_group_id(task_set_hash: str, adapter: str, version: int, task_index: int) -> str:

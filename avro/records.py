@@ -432,6 +432,20 @@ class AdapterRejected(Event):
 
 
 @dataclass(frozen=True)
+class AdapterVerdict(Event):
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.AdapterVerdict"
+    envelope: Envelope
+    adapter_name: str
+    version: int
+    primary_version: int
+    verdict: str
+    action: str
+    reason: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    decided_by: str = "ab-controller"
+
+
+@dataclass(frozen=True)
 class AdapterState(Event):
     SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.AdapterState"
     envelope: Envelope
@@ -547,6 +561,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AdapterRolledBack,
         AdapterApproved,
         AdapterRejected,
+        AdapterVerdict,
         AdapterState,
         EvaluationCompleted,
         RewardMetrics,

@@ -33,6 +33,8 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "sandbox": (["bench_sandbox.py", "--calls", "30"], "Python sandbox and calculator: the cost of the isolation per call"),
     "search": (["bench_search.py", "--passages", "100000", "--queries", "1000"], "Knowledge search: own BM25 vs bm25s on 100k passages"),
     "math_agreement": (["bench_math_agreement.py"], "Math judge: v1 (own parser) vs v2 (math-verify) on the case table"),
+    "ab": (["bench_ab.py", "--runs", "1000"], "A/B test of adapter versions: error rates and groups to a decision "
+           "(simulation of the decision core)"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
     "learning": (["bench_learning.py", "1260"], "Learning on the built-in tasks: one `streamgrpo run` on the CPU"),
     "vllm": (["bench_vllm.py", "--group-size", "8", "--max-new-tokens", "64", "--rounds", "3"],
@@ -91,6 +93,13 @@ NOTES: dict[str, str] = {
             "vLLM bound to cores 0-1): on a machine shared with other sessions (load average 5-8) every absolute "
             "figure here is several times below a quiet machine's (the generation section above, 1 thread) -- "
             "compare the columns of one row, not with other sections.",
+    "ab": "1,000 simulated tests per scenario with the product's defaults ([streams] ab_*, [loop] canary_share); "
+          "p_canary / p_control are the mean task success probabilities (group of 4 rollouts, task difficulty "
+          "Beta-distributed), `groups_to_decision` counts both arms' groups to a test or guardrail verdict. Under "
+          "equal arms `promoted_better` is the false-promotion rate (the mSPRT bounds the chance of ever deciding "
+          "by ab_alpha; here it is measured) and the maximum duration hands the line over (`not_worse`) or "
+          "restarts its test. `run_profile`: the same core cut at the ~4 canary groups a 240 s test gets in "
+          "`streamgrpo run` on this 2-core CPU: there only guardrails and the maximum-duration verdict act.",
     "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
                "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
                "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "

@@ -35,6 +35,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "Run the evaluator service (held-out accuracy of each new adapter version)."),
     "analyse": ("streamgrpo.streams.cli:analyse", "Query the Parquet archive of events with DuckDB."),
     "status": ("streamgrpo.cli.status:status", "One screen: consumer lag, adapter versions, groups in flight, DLQ, services."),
+    "adapters": ("streamgrpo.cli.adapters:adapters",
+                 "List, inspect, promote, roll back, approve or reject adapter versions (lifecycle + A/B state)."),
+    "label": ("streamgrpo.cli.label:label", "Give rollouts a human reward (provenance human:<name>), one or a file."),
 }
 
 

@@ -6,6 +6,10 @@ reward-per-version figure. :class:`RunTracker` feeds it from the broker in a bac
 through the project's one log follower (:class:`~streamgrpo.topics.follow.LogFollower`: group-less,
 every partition, from the beginning, following).
 
+The adapter lifecycle (primary, canary, statuses, every A/B verdict and manual action) is the one
+registry fold of ``adapter-events`` (:mod:`streamgrpo.models.registry`); human rewards (provenance
+``human:<name>``) are counted apart and never enter the per-version judge reward figures.
+
 What is not covered: exactness under duplicates beyond what event ids give (duplicates are
 dropped by event id, remembered in a bounded :class:`~streamgrpo.topics.dedup.RecentIds`).
 """
@@ -24,6 +28,8 @@ from typing import Any
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.models.registry import AdapterRegistry, Line, status
+from streamgrpo.models.stats import is_human
 from streamgrpo.topics.dedup import RecentIds
 
 TOPICS = ("tasks", "rollouts", "rewards", "groups", "training-samples", "adapter-events", "evaluations")
@@ -58,8 +64,14 @@ class Progress:
     published_at: dict[int, datetime] = field(default_factory=dict)  # version -> AdapterPublished event time
     first_served: dict[int, datetime] = field(default_factory=dict)  # version -> first RolloutCompleted on it
     notes: list[str] = field(default_factory=list)
+    canary_share: float = 0.5  # [loop] canary_share: how the registry fold derives primary and canary
+    registry: AdapterRegistry = field(init=False)  # the one fold of adapter-events
+    human_rewards: int = 0  # rewards with provenance human:<name>, kept apart from the judge's
     _seen: RecentIds = field(default_factory=RecentIds)
     started: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.registry = AdapterRegistry(self.canary_share)
 
     def apply(self, event: R.Event, t: float | None = None) -> None:
         if self._seen.seen(event.event_id):
@@ -73,6 +85,8 @@ class Progress:
             v, when = event.adapter_version, event.envelope.event_time
             if v not in self.first_served or when < self.first_served[v]:
                 self.first_served[v] = when
+        elif isinstance(event, R.Reward) and is_human(event):
+            self.human_rewards += 1
         elif isinstance(event, R.Reward) and event.status is R.RewardStatus.OK:
             s = self.per_version[event.adapter_version]
             s.count += 1
@@ -84,11 +98,12 @@ class Progress:
             self.groups_training += event.trains
         elif isinstance(event, R.TrainingSample):
             self.samples += 1
-        elif isinstance(event, R.AdapterPublished):
-            self.adapters.append((t, event.version, event.trainer_step, dict(event.metrics)))
-            self.published_at[event.version] = event.envelope.event_time
         elif isinstance(event, R.EvaluationCompleted):
             self.evaluations.append(event)
+        if isinstance(event, R.AdapterPublished):
+            self.adapters.append((t, event.version, event.trainer_step, dict(event.metrics)))
+            self.published_at[event.version] = event.envelope.event_time
+        self.registry.apply(event)  # lifecycle events only (published, promoted, rolled back, verdicts, approvals)
 
     def line(self) -> str:
         rewards = " ".join(f"v{v}={s.mean:.2f}(n={s.count})" for v, s in sorted(self.per_version.items())) or "-"
@@ -96,12 +111,28 @@ class Progress:
             _, version, step, metrics = self.adapters[-1]
             loss = metrics.get("loss")
             trainer = f"step {step} loss {loss:.4f}" if loss is not None else f"step {step}"
-            adapters = f"adapters {len(self.adapters)} (latest v{version}, serving v{self.serving_version})"
+            line = self.lifecycle_line()
+            adapters = (f"adapters {len(self.adapters)} (latest v{version}, serving v{self.serving_version}, primary "
+                        f"v{line.primary}, canary {'v' + str(line.canary) if line.canary is not None else '-'})")
         else:
             trainer, adapters = "waiting for samples", "adapters 0"
         return (f"tasks {self.tasks} | rollouts {self.rollouts} | groups {self.groups} ({self.groups_training} trained)"
                 f" | samples {self.samples} | reward {rewards} | trainer {trainer} | {adapters}"
                 f" | held-out {self.heldout_line()}")
+
+    def lifecycle_line(self) -> Line:
+        names = {a for a in self.registry.state.lines}
+        return self.registry.line(sorted(names)[0]) if names else self.registry.line("planner")
+
+    def lifecycle(self) -> dict[str, Any]:
+        """Primary, canary, every version's status and every decision (A/B verdicts, manual actions)."""
+        line = self.lifecycle_line()
+        decisions = [{"version": v, "kind": d.kind, "by": d.by, "reason": d.reason, "t": d.at.timestamp() - self.started,
+                      **{k: d.metrics[k] for k in ("canary_groups", "control_groups", "p_value") if k in d.metrics}}
+                     for v, history in line.history.items() for d in history if d.kind != "published"]
+        return {"primary": line.primary, "canary": line.canary, "human_rewards": self.human_rewards,
+                "statuses": {str(v): status(line, v).value for v in sorted({0, *line.announced})},
+                "decisions": sorted(decisions, key=lambda d: d["t"])}
 
     def heldout_line(self) -> str:
         """Latest in-loop evaluation per version: ``v0 0.19 v3 0.31`` (the last 4 versions)."""
@@ -143,6 +174,7 @@ class Progress:
             "adapters": [{"version": v, "step": st, "metrics": m, "t": t - self.started}
                          for t, v, st, m in self.adapters],
             "loop": self.loop_closure(),
+            "lifecycle": self.lifecycle(),
             "evaluations": [{"version": e.adapter_version, "accuracy": e.accuracy, "ci_low": e.ci_low,
                              "ci_high": e.ci_high, "tasks": e.tasks, "task_set": e.task_set, "trigger": e.trigger,
                              "answered_rate": e.answered_rate, "parse_failure_rate": e.parse_failure_rate,
@@ -186,6 +218,22 @@ class Progress:
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
+
+
+def lifecycle_lines(lifecycle: dict[str, Any]) -> list[str]:
+    """The report's adapter lifecycle section (markdown)."""
+    canary = lifecycle["canary"]
+    out = ["## Adapter lifecycle (A/B test, rollbacks, approvals)", "",
+           f"- primary v{lifecycle['primary']}, canary {'v' + str(canary) if canary is not None else '-'}; human "
+           f"rewards {lifecycle['human_rewards']} (kept apart from the judge's)",
+           "- statuses: " + ", ".join(f"v{v} {st}" for v, st in lifecycle["statuses"].items()), ""]
+    if lifecycle["decisions"]:
+        out += ["| t (s) | version | decision | by | reason |", "|---|---|---|---|---|"]
+        out += [f"| {d['t']:.0f} | v{d['version']} | {d['kind']} | {d['by']} | {d['reason'][:160]} |"
+                for d in lifecycle["decisions"]]
+    else:
+        out.append("- no lifecycle decision during the run")
+    return out + [""]
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:

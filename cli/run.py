@@ -164,7 +164,9 @@ RUN_DEFAULTS: dict[str, dict[str, Any]] = {
     "kafka": {"session_timeout_ms": 6000},  # the embedded broker answers joins after half of it
     "loop": {"home": "{home}", "adapter_store": "{run_dir}/adapters", "model_cache": "{home}/models"},
     "trainer": {"run_name": "{run_id}"},
-    "streams": {"data_dir": "{run_dir}/streams", "archive_dir": "{run_dir}/archive"},
+    "streams": {"data_dir": "{run_dir}/streams", "archive_dir": "{run_dir}/archive",
+                # ~2 groups a minute on a 2-core CPU: a test ends (promotes if not worse, else restarts) after 4 min
+                "ab_max_duration_s": 240.0},
 }
 
 
@@ -230,7 +232,10 @@ def execute(cfg: RunSettings) -> Path:
         sup = Supervisor(children, env, run_dir / "logs")
         sup.start_all()
         click.echo(f"started {', '.join(c.name for c in sup.children)} (logs in {run_dir / 'logs'})")
-        tracker = RunTracker(kafka)
+        from streamgrpo.cli.progress import Progress
+
+        loop = config.load(config.LoopSettings, "loop", path=config_file)
+        tracker = RunTracker(kafka, Progress(canary_share=loop.canary_share))
         tracker.start()
         n = _submit(cfg, kafka)
         click.echo(f"submitted {n} task(s) x group size {cfg.group_size}")
@@ -320,8 +325,14 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
     settings = config.load(EvaluatorSettings, "evaluator", path=config_file)
     session = EvalSession.from_config(str(config_file), bootstrap=kafka.bootstrap)
     events = session.events() or []
+    from streamgrpo.models.registry import AdapterRegistry
+
+    registry = AdapterRegistry(session.loop.canary_share)
+    for e in events:
+        registry.apply(e)
+    line = registry.line(session.loop.adapter_name)  # a rolled-back version is not the run's result
     published = {e.version: e for e in events if isinstance(e, R.AdapterPublished)
-                 and e.adapter_name == session.loop.adapter_name}
+                 and e.adapter_name == session.loop.adapter_name and line.serves(e.version)}
     targets = [base_target(session.loop.adapter_name)]
     if published:
         try:
@@ -345,7 +356,7 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
 
 def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
     """summary.json, summary.md, the reward-per-version plot and the held-out accuracy plot."""
-    from streamgrpo.cli.progress import plot_heldout
+    from streamgrpo.cli.progress import lifecycle_lines, plot_heldout
 
     out.mkdir(parents=True, exist_ok=True)
     summary = progress.summary()
@@ -356,7 +367,7 @@ def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
     lines = ["# streamgrpo run report", "", f"![reward per adapter version]({plot.name})", ""]
     if plot_heldout(progress.evaluations, progress.started, out / "heldout_accuracy.png"):
         lines += ["![held-out accuracy per adapter version](heldout_accuracy.png)", ""]
-    lines += _heldout_lines(summary) + _loop_lines(summary["loop"])
+    lines += _heldout_lines(summary) + _loop_lines(summary["loop"]) + lifecycle_lines(summary["lifecycle"])
     lines += [f"- {k}: {v}" for k, v in summary.items() if not isinstance(v, (dict, list))]
     lines += ["", "| adapter version | rewards | mean reward | success rate |", "|---|---|---|---|"]
     for v, s in sorted(summary["per_version"].items(), key=lambda kv: int(kv[0])):

@@ -19,3 +19,8 @@ class AdapterIntegrityError(ModelsError):
 
 class AdapterStoreError(ModelsError):
     """The adapter store cannot be written or read (version exists, bad manifest...)."""
+
+
+class AdapterActionError(ModelsError):
+    """A lifecycle action (promote, roll back, approve, reject) is not possible in the registry's current state;
+    the message says why and what to do instead."""

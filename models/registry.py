@@ -1,35 +1,59 @@
-"""The adapter registry: ONE fold of ``adapter-events`` into what each adapter version is (pure).
+"""The adapter registry: ONE fold of ``adapter-events`` into the lifecycle of every adapter version (pure).
 
 Every service that needs to know which adapter versions exist and which one serves reads the log
-through this fold: the stream processors (fan-out version choice, A/B controller), the rollout
-workers (what to load and keep resident), the trainer, the evaluator and the CLI. It imports
-nothing heavy (no torch, no Kafka client): :func:`apply` maps (state, event) to a new immutable
-:class:`RegistryState` and the :class:`Change` it caused, if any.
+through this fold: the stream processors (fan-out version choice, A/B controller and registry
+publisher), the rollout workers (what to load, what never to start a group on), the trainer (what
+to continue from after a rollback), the evaluator and the CLI. It imports nothing heavy (no torch,
+no Kafka client): :func:`apply` maps (state, event) to a new immutable :class:`RegistryState` and
+the :class:`Change` list it caused. The live statistics (rewards, parse failures, held-out
+accuracy) are a second fold beside this one, :mod:`streamgrpo.models.stats`; only ``adapter-events``
+decide a status, so every service that follows that one topic agrees on who serves.
 
 Per adapter name (a :class:`Line`), with ``canary_share`` (the ``[loop]`` setting) as the policy:
-- ``AdapterPublished`` announces a version (uri, sha256, base model, lineage...). ``latest`` is
-  the newest published version. A version above the primary that was never rolled back becomes the
-  *canary* when ``canary_share > 0``; with ``canary_share == 0`` there is no canary and it becomes
-  the *primary* at once (promotion without an A/B test).
-- ``AdapterPromoted`` makes its version the primary (and clears a canary at or below it).
-- ``AdapterRolledBack`` marks its version rolled back (never canary or primary again); a canary
-  rolled back is no longer the canary; a primary rolled back is replaced by ``restored_version``.
-- The primary is the version that serves groups outside the canary share (0 = the base model).
 
-Idempotent: a redelivered event changes nothing (an announcement is keyed by (name, version)).
-What is not covered (yet): approvals and rejections (``AdapterApproved`` / ``AdapterRejected``) and
-evaluation results; the lifecycle statuses of ``AdapterState`` build on this fold.
+- ``AdapterPublished`` announces a version. With ``canary_share == 0`` a version above the primary
+  becomes the primary at once (no A/B test). Otherwise it is a *candidate*: the candidates are the
+  versions above the primary that are not rolled back, rejected, retired or awaiting approval, and
+  the newest of them (or of those awaiting approval) is the *canary* that serves the canary share.
+  The candidates form the *training line under test*: the A/B test pools their groups since
+  :attr:`Line.test_since` against the primary's groups since then, and a verdict acts on the newest.
+  A version whose parent was rolled back or rejected is born rolled back (it was trained from
+  discarded weights; the A/B controller also writes the event that says so).
+- ``AdapterPromoted`` makes its version the primary (older candidates become retired).
+- ``AdapterApproved`` of a version awaiting approval promotes it; otherwise it is only history.
+- ``AdapterRolledBack`` restores ``restored_version`` as the primary and rolls back its version and
+  EVERY published version above the restored one: they were trained from the discarded weights, and
+  the trainer continues from the restored primary. ``AdapterRejected`` (a person) does the same with
+  the current primary restored; the named version is REJECTED, the others ROLLED_BACK.
+- ``AdapterVerdict`` ends a test without promoting or rolling back: ``await_approval`` parks its
+  version for a person (older candidates retired), ``restart`` retires the older candidates and
+  starts a fresh test of its version.
+- A rolled-back or rejected version is never primary or canary again; a promotion or approval of one
+  is ignored (kept in its history).
+
+Statuses (:func:`status`): PRIMARY, REJECTED, ROLLED_BACK, AWAITING_APPROVAL, CANARY, RETIRED (below
+the primary or retired by a verdict), CANDIDATE (an older version of the line under test, no longer
+serving; its groups still count in the test). Version 0 is the base model.
+Idempotent: a redelivered event changes nothing (events are keyed by id; an announcement by version).
+What is not covered: a version's live statistics (:mod:`streamgrpo.models.stats`), several trainers
+publishing into one adapter name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TypeAlias
 
 from streamgrpo.avro import records as R
+from streamgrpo.topics.dedup import RecentIds
 
-AdapterEvent: TypeAlias = R.AdapterPublished | R.AdapterPromoted | R.AdapterRolledBack
+AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRolledBack | R.AdapterApproved
+                           | R.AdapterRejected | R.AdapterVerdict)
+LIFECYCLE_EVENTS = (R.AdapterPublished, R.AdapterPromoted, R.AdapterRolledBack, R.AdapterApproved,
+                    R.AdapterRejected, R.AdapterVerdict)
+SAMPLES_TOPIC_SUFFIX = "training-samples"
 
 
 @dataclass(frozen=True)
@@ -44,22 +68,62 @@ class Announcement:
     parent_version: int | None = None
     trainer_step: int = 0
     lineage: tuple[R.OffsetRange, ...] = ()
+    published_at: datetime | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, event: R.AdapterPublished) -> Announcement:
         return cls(event.adapter_name, event.version, event.uri, event.sha256, event.base_model,
-                   event.parent_version, event.trainer_step, tuple(event.lineage))
+                   event.parent_version, event.trainer_step, tuple(event.lineage), event.envelope.event_time,
+                   dict(event.metrics))
+
+    @property
+    def samples(self) -> int:
+        """TrainingSamples consumed since the parent (the sizes of its ``training-samples`` ranges)."""
+        return sum(r.end - r.start + 1 for r in self.lineage if r.topic.endswith(SAMPLES_TOPIC_SUFFIX))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One entry of a version's history: what happened, when, by whom, why, with which statistics."""
+
+    kind: str  # published | promoted | superseded | rolled_back | rejected | approved | awaiting_approval |
+    # restarted | retired | ignored
+    at: datetime
+    by: str
+    reason: str = ""
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Line:
-    """The versions of one adapter name."""
+    """The versions of one adapter name and their lifecycle."""
 
     primary: int = 0
     canary: int | None = None
     latest: int = 0
     rolled_back: frozenset[int] = frozenset()
+    rejected: frozenset[int] = frozenset()
+    awaiting: frozenset[int] = frozenset()
+    retired: frozenset[int] = frozenset()
     announced: Mapping[int, Announcement] = field(default_factory=dict)
+    history: Mapping[int, tuple[Decision, ...]] = field(default_factory=dict)
+    test_since: datetime | None = None  # the running test's evidence starts here (None: no test)
+
+    @property
+    def discarded(self) -> frozenset[int]:
+        """Versions that never serve again (rolled back or rejected)."""
+        return self.rolled_back | self.rejected
+
+    @property
+    def candidates(self) -> list[int]:
+        """The training line under test: versions above the primary still in the test, ascending."""
+        out = self.discarded | self.awaiting | self.retired
+        return sorted(v for v in self.announced if v > self.primary and v not in out)
+
+    def serves(self, version: int) -> bool:
+        """Whether a NEW group may start on ``version`` (never on a rolled-back or rejected one)."""
+        return version not in self.discarded
 
 
 @dataclass(frozen=True)
@@ -88,51 +152,204 @@ class PrimaryChanged:
     version: int
 
 
-Change: TypeAlias = Announced | PrimaryChanged
+@dataclass(frozen=True)
+class RolledBack:
+    """Versions were rolled back (or rejected); ``restored`` is the primary they fall back to."""
+
+    adapter_name: str
+    versions: frozenset[int]
+    restored: int
+
+
+Change: TypeAlias = Announced | PrimaryChanged | RolledBack
+
+
+def status(line: Line, version: int) -> R.AdapterStatus:
+    """The lifecycle status of ``version`` (see the module docstring)."""
+    S = R.AdapterStatus
+    if version == line.primary:
+        return S.PRIMARY
+    if version in line.rejected:
+        return S.REJECTED
+    if version in line.rolled_back:
+        return S.ROLLED_BACK
+    if version in line.awaiting:
+        return S.AWAITING_APPROVAL
+    if version == line.canary:
+        return S.CANARY
+    if version in line.retired or version < line.primary:
+        return S.RETIRED
+    return S.CANDIDATE
 
 
 def apply(state: RegistryState, event: R.Event, canary_share: float) -> tuple[RegistryState, list[Change]]:
     """Fold one event (other event types change nothing); returns the new state and what changed."""
-    if not isinstance(event, (R.AdapterPublished, R.AdapterPromoted, R.AdapterRolledBack)):
+    if not isinstance(event, LIFECYCLE_EVENTS):
         return state, []
     line = state.line(event.adapter_name)
-    new, changes = _apply_line(line, event, canary_share)
+    new, changes, ended = _HANDLERS[type(event)](line, event, canary_share)
     if new == line:
         return state, []
+    new = _settle(new, event.envelope.event_time, canary_share, ended)
     if new.primary != line.primary:
         changes.append(PrimaryChanged(event.adapter_name, new.primary))
     return RegistryState({**state.lines, event.adapter_name: new}), changes
 
 
-def _apply_line(line: Line, event: AdapterEvent, canary_share: float) -> tuple[Line, list[Change]]:
-    if isinstance(event, R.AdapterPublished):
-        v = event.version
-        if v in line.announced:
-            return line, []
-        ann = Announcement.of(event)
-        new = replace(line, latest=max(line.latest, v), announced={**line.announced, v: ann})
-        if v not in line.rolled_back and v > line.primary:
-            if canary_share <= 0:
-                new = replace(new, primary=v)
-            elif line.canary is None or v > line.canary:
-                new = replace(new, canary=v)
-        return new, [Announced(ann)]
-    if isinstance(event, R.AdapterPromoted):
-        canary = None if line.canary is not None and line.canary <= event.version else line.canary
-        return replace(line, primary=event.version, canary=canary), []
+def _settle(line: Line, at: datetime, canary_share: float, test_ended: bool) -> Line:
+    """Derived fields after an event: the canary, and when the running test's evidence starts."""
+    candidates = line.candidates
+    since = None if test_ended else line.test_since
+    if candidates and since is None:
+        since = at
+    if not candidates:
+        since = None
+    serving = [*candidates, *(v for v in line.awaiting if v > line.primary)]
+    canary = max(serving) if serving and canary_share > 0 else None
+    return replace(line, canary=canary, test_since=since)
+
+
+def _note(line: Line, versions: Iterable[int], decision: Decision) -> Mapping[int, tuple[Decision, ...]]:
+    history = dict(line.history)
+    for v in versions:
+        history[v] = (*history.get(v, ()), decision)
+    return history
+
+
+Outcome: TypeAlias = tuple[Line, list[Change], bool]  # (line, changes, the running test ended)
+
+
+def _published(line: Line, event: R.AdapterPublished, canary_share: float) -> Outcome:
     v = event.version
-    return replace(line, rolled_back=line.rolled_back | {v}, canary=None if line.canary == v else line.canary,
-                   primary=event.restored_version if line.primary == v else line.primary), []
+    if v in line.announced:
+        return line, [], False
+    ann = Announcement.of(event)
+    at = event.envelope.event_time
+    new = replace(line, latest=max(line.latest, v), announced={**line.announced, v: ann},
+                  history=_note(line, [v], Decision("published", at, event.envelope.producer.service,
+                                                    f"trainer step {event.trainer_step}, parent "
+                                                    f"v{event.parent_version or 0}", dict(event.metrics))))
+    parent = event.parent_version or 0
+    if parent in line.discarded and v not in line.discarded:
+        reason = f"trained from v{parent}, which was rolled back"
+        new = replace(new, rolled_back=new.rolled_back | {v},
+                      history=_note(new, [v], Decision("rolled_back", at, "registry", reason)))
+        return new, [Announced(ann), RolledBack(event.adapter_name, frozenset({v}), line.primary)], False
+    if v not in line.discarded and v > line.primary and canary_share <= 0:
+        new = replace(new, primary=v)
+    return new, [Announced(ann)], False
+
+
+def _promote(line: Line, version: int, decision: Decision) -> Outcome:
+    if version in line.discarded or version == line.primary:
+        why = "it was rolled back or rejected" if version in line.discarded else "it is already the primary"
+        note = replace(decision, kind="ignored", reason=f"{decision.kind} ignored: {why} ({decision.reason})")
+        return replace(line, history=_note(line, [version], note)), [], False
+    superseded = Decision("superseded", decision.at, decision.by, f"replaced by v{version}")
+    history = _note(replace(line, history=_note(line, [version], decision)), [line.primary], superseded)
+    return replace(line, primary=version, awaiting=frozenset(v for v in line.awaiting if v > version),
+                   history=history), [], True
+
+
+def _promoted(line: Line, event: R.AdapterPromoted, _: float) -> Outcome:
+    at = event.envelope.event_time
+    return _promote(line, event.version, Decision("promoted", at, event.decided_by, event.reason, dict(event.metrics)))
+
+
+def _approved(line: Line, event: R.AdapterApproved, _: float) -> Outcome:
+    decision = Decision("approved", event.envelope.event_time, event.by, event.reason)
+    if event.version not in line.awaiting:
+        note = replace(decision, kind="ignored", reason=f"approval ignored: v{event.version} was not awaiting "
+                       f"approval ({event.reason})")
+        return replace(line, history=_note(line, [event.version], note)), [], False
+    return _promote(line, event.version, decision)
+
+
+def _roll_back(line: Line, adapter_name: str, version: int, restored: int, decision: Decision,
+               rejected: bool) -> Outcome:
+    """Restore ``restored`` (the nearest lower version still good, if it is not) and discard ``version`` and every
+    published version above the restored one."""
+    if restored in line.discarded or (restored and restored not in line.announced):
+        restored = max((v for v in line.announced if v < restored and v not in line.discarded), default=0)
+    if restored >= version:  # a nonsensical restore target: discard only the named version
+        doomed = {version}
+        restored = line.primary if line.primary != version else 0
+    else:
+        doomed = {version} | {v for v in line.announced if v > restored}
+    doomed -= line.discarded
+    if not doomed:  # already discarded (e.g. born rolled back): the event confirms it, in the history
+        return replace(line, history=_note(line, [version], decision)), [], False
+    others = doomed - {version}
+    follow = Decision("rolled_back", decision.at, decision.by, f"with v{version}: {decision.reason}")
+    history = _note(replace(line, history=_note(line, [version], decision)), sorted(others), follow)
+    named = frozenset({version} & doomed)
+    new = replace(line, primary=restored, history=history, awaiting=line.awaiting - doomed,
+                  rolled_back=line.rolled_back | (others if rejected else doomed),
+                  rejected=line.rejected | (named if rejected else frozenset()))
+    return new, [RolledBack(adapter_name, frozenset(doomed), restored)], True
+
+
+def _rolled_back(line: Line, event: R.AdapterRolledBack, _: float) -> Outcome:
+    decision = Decision("rolled_back", event.envelope.event_time, event.decided_by, event.reason, dict(event.metrics))
+    return _roll_back(line, event.adapter_name, event.version, event.restored_version, decision, rejected=False)
+
+
+def _rejected(line: Line, event: R.AdapterRejected, _: float) -> Outcome:
+    decision = Decision("rejected", event.envelope.event_time, event.by, event.reason)
+    if event.version == line.primary:
+        note = replace(decision, kind="ignored", reason=f"rejection ignored: v{event.version} is the primary "
+                       f"(roll it back instead) ({event.reason})")
+        return replace(line, history=_note(line, [event.version], note)), [], False
+    return _roll_back(line, event.adapter_name, event.version, line.primary, decision, rejected=True)
+
+
+def _verdict(line: Line, event: R.AdapterVerdict, _: float) -> Outcome:
+    v, at = event.version, event.envelope.event_time
+    decision = Decision("awaiting_approval" if event.action == "await_approval" else "restarted", at,
+                        event.decided_by, event.reason, dict(event.metrics))
+    if event.primary_version != line.primary or v not in line.candidates:
+        note = replace(decision, kind="ignored", reason=f"verdict ignored: v{v} is no longer tested against "
+                       f"v{event.primary_version} ({event.reason})")
+        return replace(line, history=_note(line, [v], note)), [], False
+    older = [c for c in line.candidates if c < v]
+    retired = Decision("retired", at, event.decided_by, f"superseded by v{v} ({event.action})")
+    history = _note(replace(line, history=_note(line, [v], decision)), older, retired)
+    awaiting = line.awaiting | ({v} if event.action == "await_approval" else set())
+    return replace(line, awaiting=frozenset(awaiting), retired=line.retired | frozenset(older),
+                   history=history), [], True
+
+
+_HANDLERS = {
+    R.AdapterPublished: _published, R.AdapterPromoted: _promoted, R.AdapterApproved: _approved,
+    R.AdapterRolledBack: _rolled_back, R.AdapterRejected: _rejected, R.AdapterVerdict: _verdict,
+}
+
+
+def ancestors(line: Line, version: int) -> list[int]:
+    """``version``'s parent chain, nearest first, as announced (ends at 0, the base model, or at a version that
+    was never announced)."""
+    out: list[int] = []
+    current = line.announced.get(version)
+    while current is not None and current.parent_version and current.parent_version not in out:
+        out.append(current.parent_version)
+        current = line.announced.get(current.parent_version)
+    if not out or out[-1] != 0:
+        out.append(0)
+    return out
 
 
 class AdapterRegistry:
-    """A :class:`RegistryState` that folds events in place (``fold_events(registry.apply)``)."""
+    """A :class:`RegistryState` that folds events in place (``fold_events(registry.apply)``); a redelivered
+    lifecycle event (same event id) is dropped, so its decision is not recorded twice."""
 
     def __init__(self, canary_share: float = 0.0) -> None:
         self.canary_share = canary_share
         self.state = RegistryState()
+        self.applied = RecentIds(100_000)  # ids of the lifecycle events folded
 
     def apply(self, event: R.Event) -> list[Change]:
+        if not isinstance(event, LIFECYCLE_EVENTS) or self.applied.seen(event.event_id):
+            return []
         self.state, changes = apply(self.state, event, self.canary_share)
         return changes
 
@@ -142,3 +359,6 @@ class AdapterRegistry:
     def primary(self, adapter_name: str) -> int:
         """The serving version outside the canary share (0 = the base model)."""
         return self.state.line(adapter_name).primary
+
+    def status(self, adapter_name: str, version: int) -> R.AdapterStatus:
+        return status(self.state.line(adapter_name), version)

@@ -22,6 +22,8 @@ Guarantees:
   never evicts a pinned or primary version. "Primary" means what it means everywhere (the registry):
   the version serving groups outside the canary share, so with ``canary_share = 0`` the newest
   published version.
+- A rolled-back or rejected version starts no new group here: :meth:`AdapterFollower.serving_version`
+  gives the worker the primary instead, for the whole group (groups already running finish on it).
 
 Not covered: object stores without ``fsspec`` (only local paths and ``file://`` URIs otherwise;
 remote adapters are downloaded into ``<adapter_store>/.downloads``), deleting refused files,
@@ -104,6 +106,12 @@ class AdapterFollower:
     def primary(self, adapter_name: str) -> int:
         """Current primary version (0 = the base model), as the registry defines it."""
         return self.registry.primary(adapter_name)
+
+    def serving_version(self, adapter_name: str, version: int) -> int:
+        """What a NEW group asked to run on ``version`` runs on: that version, or the primary when it was rolled
+        back or rejected (a discarded version serves no new group; groups already running finish on it)."""
+        line = self.registry.line(adapter_name)
+        return version if line.serves(version) else line.primary
 
     def available(self, adapter_name: str) -> list[int]:
         return self.policy.resident_versions(adapter_name)

@@ -15,8 +15,9 @@ Wiring only (the agent logic is :mod:`streamgrpo.rollout.loop`):
   (:mod:`~streamgrpo.rollout.policy.engine`), so concurrency overlaps generation, not only tools;
 - then flushes the producer and only then commits the offsets: at-least-once.
 
-Adapter versions (no silent fallback): a group runs on the version its requests carry. Version 0
-is the base model. For v>0 the worker waits up to ``adapter_wait_s`` for the follower to have it
+Adapter versions (no silent fallback): a group runs on the version its requests carry, unless that
+version was rolled back or rejected before the group started: then the primary serves the whole group
+(the adapter follower's registry says which) and every event records it. Version 0 is the base model. For v>0 the worker waits up to ``adapter_wait_s`` for the follower to have it
 announced and resident (loading it on demand), then pins it for the whole group. If it never
 becomes available, the group's rollouts end as ERROR ``"adapter <name>@v<N> not available..."`` --
 unless ``serve_resident_fallback`` is on, in which case the newest resident version (or the base
@@ -161,12 +162,16 @@ class RolloutWorker:
         if any(not 1 <= r.max_turns <= MAX_TURNS for r in group):  # honoured as asked, within the safety limit
             return fail_group(group, self.ctx, sink, f"max_turns {first.max_turns} is outside 1..{MAX_TURNS}, "
                               "the hard safety limit of one rollout").results
-        served, reason = self.acquire_version(first.adapter_name, first.adapter_version)
+        asked = first.adapter_version
+        if self.follower is not None:  # a rolled-back version starts no new group: its primary serves the group
+            asked = self.follower.serving_version(first.adapter_name, asked)  # type: ignore[attr-defined]
+        served, reason = self.acquire_version(first.adapter_name, asked)
         if served is None:
             return fail_group(group, self.ctx, sink, reason).results
         if served != first.adapter_version:
-            log.warning("group %s asked %s@v%d; serving v%d (serve_resident_fallback)", first.envelope.group_id,
-                        first.adapter_name, first.adapter_version, served)
+            why = "it was rolled back" if asked != first.adapter_version else "serve_resident_fallback"
+            log.warning("group %s asked %s@v%d; serving v%d (%s)", first.envelope.group_id,
+                        first.adapter_name, first.adapter_version, served, why)
             group = [replace(r, adapter_version=served) for r in group]
         try:
             return run_group(group, self.ctx, sink).results

@@ -1,31 +1,52 @@
-"""A/B controller: which adapter version serves a group, and when a canary is promoted or rolled back.
+"""A/B controller and registry publisher: which version serves a group, the test's verdicts, ``adapter-registry``.
 
-Pure core (the primary, canary and latest versions come from the one adapter-events fold,
-:mod:`streamgrpo.models.registry`; with ``canary_share == 0`` there is no canary and every published
-version becomes primary at once; version 0 is the base model):
-- :func:`choose_version` gives a group the canary with probability ``canary_share`` (a deterministic
-  hash of the group id, so a replay picks the same arm), else the primary.
-- :func:`decide` compares mean group reward of the two arms once each has ``min_groups`` groups.
+Pure parts: :func:`choose_version` (the fan-out's choice for a whole group: the canary with
+probability ``canary_share``, by a deterministic hash of the group id so a replay picks the same
+arm, else the primary; a group is never split) and :func:`ab_input` (what the decision core,
+:mod:`streamgrpo.streams.ab_core`, looks at, gathered from the two folds).
 
-Thin agent: ``register(ctx)`` runs a timer that reads per-version group stats from the worker's
-:class:`~streamgrpo.streams.follower.StreamsFollower` (global view of ``groups`` and ``adapter-events``)
-and publishes AdapterPromoted / AdapterRolledBack (ids derived from the canary version, so two
-controllers deciding the same thing publish the same id). Run it on one worker (``--only ab``);
-what is not covered: sequential testing / confidence bounds (the rule is a plain mean difference).
+:class:`Lifecycle` is the agent's state: the one registry fold (:mod:`streamgrpo.models.registry`)
+and the live statistics (:mod:`streamgrpo.models.stats`), fed by a group-less
+:class:`~streamgrpo.topics.follow.LogFollower` over ``adapter-events``, ``rewards``,
+``planner-actions``, ``groups`` and ``evaluations``. :meth:`Lifecycle.next_events` says what to
+write now: the explicit rollback of a version born from a rolled-back parent, then the verdict of
+the running test (AdapterPromoted / AdapterRolledBack / AdapterVerdict, with the statistics and
+deterministic ids: two controllers deciding the same thing write the same id). After writing, the
+controller waits until its own follower has folded the event before it decides again.
+
+Thin agent (``register(ctx)``, agent ``ab``): a timer decides every ``tick_interval_s`` once the
+follower caught up, and every ``registry_interval_s`` publishes the ``AdapterState`` of each version
+whose content changed (the base model included) on the compacted ``adapter-registry`` topic, so tools
+read the current state without replaying. One leader: every worker running ``ab`` also consumes
+``adapter-events`` (one partition) in the app's consumer group, and only the worker that holds that
+partition decides and publishes; during a rebalance the lease may move (identical decisions of two
+workers carry the same deterministic id and are folded once).
+What is not covered: more than one adapter name per controller (``[loop] adapter_name``); the
+start-up replay reads those topics from the beginning (planner-actions included), O(history).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from faust.types import TP
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.models.registry import Line
-from streamgrpo.streams.app import StreamsContext
+from streamgrpo.models.adapter_state import adapter_states, content_key
+from streamgrpo.models.registry import AdapterRegistry, Line
+from streamgrpo.models.stats import Stats
+from streamgrpo.streams.ab_core import ABInput, ABPolicy, Guardrails, Verdict, decide
+from streamgrpo.streams.app import FaustStream, StreamsContext
+from streamgrpo.streams.config import StreamsSettings
 
 log = logging.getLogger(__name__)
+TOPICS = ("adapter-events", "rewards", "planner-actions", "groups", "evaluations")
+SERVICE = "ab-controller"
 
 
 def choose_version(line: Line, group_id: str, canary_share: float) -> int:
@@ -36,90 +57,134 @@ def choose_version(line: Line, group_id: str, canary_share: float) -> int:
     return line.canary if bucket < canary_share else line.primary
 
 
-@dataclass
-class ArmStats:
-    groups: int = 0
-    reward_sum: float = 0.0
+def policy_from(s: StreamsSettings) -> ABPolicy:
+    guards = Guardrails(s.ab_guard_min_rollouts, s.ab_guard_min_actions, s.ab_guard_margin,
+                        {"error": s.ab_guard_error_rate, "judge_failure": s.ab_guard_judge_failure_rate,
+                         "parse_failure": s.ab_guard_parse_failure_rate})
+    return ABPolicy(s.ab_alpha, s.ab_mde, s.ab_min_groups, s.ab_max_groups, s.ab_max_duration_s, s.ab_max_loss,
+                    s.ab_require_approval, s.ab_eval_gate, guards)
+
+
+def ab_input(line: Line, stats: Stats, adapter_name: str, now_s: float) -> ABInput | None:
+    """The running test's input, or None when no test runs (no candidate)."""
+    if line.test_since is None or not line.candidates:
+        return None
+    since_ms = int(line.test_since.timestamp() * 1000)
+    newest = line.candidates[-1]
+    cand_eval, prim_eval = stats.of(adapter_name, newest).evaluation, stats.of(adapter_name, line.primary).evaluation
+    return ABInput(
+        canary=stats.arm(adapter_name, line.candidates, since_ms),
+        control=stats.arm(adapter_name, [line.primary], since_ms),
+        canary_counts=stats.pooled(adapter_name, line.candidates),
+        control_counts=stats.of(adapter_name, line.primary), age_s=max(0.0, now_s - line.test_since.timestamp()),
+        candidate_eval=cand_eval.accuracy if cand_eval else None, primary_eval=prim_eval.accuracy if prim_eval else None,
+    )
+
+
+def verdict_event(verdict: Verdict, adapter: str, line: Line) -> R.Event:
+    """The event that carries ``verdict`` (about the newest candidate) with its statistics."""
+    newest, since = line.candidates[-1], line.test_since
+    env = R.Envelope.new
+    if verdict.action == "promote":
+        return R.AdapterPromoted(env(SERVICE, event_id=ids.promotion_id(adapter, newest)), adapter, newest,
+                                 line.primary, verdict.reason, verdict.metrics, SERVICE)
+    if verdict.action == "rollback":
+        return R.AdapterRolledBack(env(SERVICE, event_id=ids.rollback_id(adapter, newest)), adapter, newest,
+                                   line.primary, verdict.reason, verdict.metrics, SERVICE)
+    since_ms = int(since.timestamp() * 1000) if since else 0
+    return R.AdapterVerdict(env(SERVICE, event_id=ids.verdict_id(adapter, newest, verdict.action, since_ms)),
+                            adapter, newest, line.primary, verdict.verdict, verdict.action, verdict.reason,
+                            verdict.metrics, SERVICE)
+
+
+class Lifecycle:
+    """The controller's folds and decisions (no I/O: the agent sends what :meth:`next_events` returns)."""
+
+    def __init__(self, adapter_name: str, canary_share: float, policy: ABPolicy, success_threshold: float) -> None:
+        self.adapter_name = adapter_name
+        self.canary_share = canary_share
+        self.policy = policy
+        self.registry = AdapterRegistry(canary_share)
+        self.stats = Stats(success_threshold)
+        self.pending: dict[str, float] = {}  # event id written -> when (until the fold has it)
+        self.last: Verdict | None = None
+        self.published: dict[str, tuple[Any, ...]] = {}  # version key -> content of the last AdapterState sent
+
+    def apply(self, event: R.Event) -> None:
+        self.registry.apply(event)
+        self.stats.apply(event)
 
     @property
-    def mean(self) -> float:
-        return self.reward_sum / self.groups if self.groups else 0.0
+    def line(self) -> Line:
+        return self.registry.line(self.adapter_name)
 
-    def add(self, group_mean: float) -> None:
-        self.groups += 1
-        self.reward_sum += group_mean
+    def next_events(self, now_s: float, retry_s: float = 30.0) -> list[R.Event]:
+        """What to write now (nothing while an earlier write is not folded yet, up to ``retry_s``)."""
+        self.pending = {i: t for i, t in self.pending.items() if i not in self.registry.applied
+                        and now_s - t < retry_s}
+        if self.pending:
+            return []
+        line, out = self.line, []
+        for v in sorted(line.rolled_back):
+            born = line.history.get(v, ())
+            if born and born[-1].by == "registry":  # rolled back by the fold at publication: say so in the log
+                out.append(R.AdapterRolledBack(R.Envelope.new(SERVICE, event_id=ids.rollback_id(self.adapter_name, v)),
+                                               self.adapter_name, v, line.primary, born[-1].reason, {}, SERVICE))
+        if not out and self.canary_share > 0:
+            inp = ab_input(line, self.stats, self.adapter_name, now_s)
+            self.last = decide(inp, self.policy) if inp is not None else None
+            if self.last is not None and self.last.action != "wait":
+                out.append(verdict_event(self.last, self.adapter_name, line))
+        self.pending.update({e.event_id: now_s for e in out})
+        return out
 
+    def states_to_publish(self, now: datetime) -> list[R.AdapterState]:
+        """AdapterStates whose content changed since :meth:`mark_published` (the canary's carries the test)."""
+        line = self.line
+        extra = {}
+        if line.canary is not None and self.last is not None:
+            extra[line.canary] = {f"test_{k}": v for k, v in self.last.metrics.items()}
+        return [state for state in adapter_states(line, self.adapter_name, self.stats, now, extra)
+                if self.published.get(state.version_key) != content_key(state)]
 
-@dataclass(frozen=True)
-class ABPolicy:
-    min_groups: int
-    min_gain: float
-    max_loss: float
-
-
-@dataclass(frozen=True)
-class Promote:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Rollback:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Wait:
-    reason: str
-
-
-def decide(primary: ArmStats, canary: ArmStats, policy: ABPolicy) -> Promote | Rollback | Wait:
-    """Promote when the canary's mean reward beats primary by ``min_gain``; roll back when it is worse
-    by more than ``max_loss``; otherwise (or with fewer than ``min_groups`` groups per arm) wait."""
-    if primary.groups < policy.min_groups or canary.groups < policy.min_groups:
-        return Wait(f"need {policy.min_groups} groups per arm (primary {primary.groups}, canary {canary.groups})")
-    diff = canary.mean - primary.mean
-    detail = f"canary mean {canary.mean:.4f} vs primary {primary.mean:.4f} over {canary.groups}/{primary.groups} groups"
-    if diff >= policy.min_gain:
-        return Promote(detail)
-    if diff < -policy.max_loss:
-        return Rollback(detail)
-    return Wait(detail)
+    def mark_published(self, state: R.AdapterState) -> None:
+        self.published[state.version_key] = content_key(state)
 
 
-def decision_event(decision: Promote | Rollback, adapter: str, state: Line,
-                   primary: ArmStats, canary: ArmStats) -> R.Event:
-    assert state.canary is not None
-    metrics = {"primary_mean": primary.mean, "canary_mean": canary.mean,
-               "primary_groups": float(primary.groups), "canary_groups": float(canary.groups)}
-    if isinstance(decision, Promote):
-        return R.AdapterPromoted(R.Envelope.new("streams", event_id=ids.promotion_id(adapter, state.canary)),
-                                 adapter, state.canary, state.primary, decision.reason, metrics)
-    return R.AdapterRolledBack(R.Envelope.new("streams", event_id=ids.rollback_id(adapter, state.canary)),
-                               adapter, state.canary, state.primary, decision.reason, metrics)
+def register(ctx: StreamsContext) -> Lifecycle:
+    from streamgrpo.topics.follow import LogFollower, fold_events
 
-
-def register(ctx: StreamsContext) -> None:
-    from streamgrpo.streams.follower import follower_for
-
-    follower = follower_for(ctx)
     s = ctx.settings
-    policy = ABPolicy(s.ab_min_groups, s.ab_min_gain, s.ab_max_loss)
-    decided: set[int] = set()
+    life = Lifecycle(s.adapter_name, s.canary_share, policy_from(s), s.success_threshold)
+    follower = LogFollower(ctx.kafka, TOPICS, fold_events(life.apply), codec=ctx.codec)
+    last_publish = [0.0]
+
+    async def run_follower() -> None:
+        await follower.run()
 
     async def ab_tick() -> None:
-        if not follower.caught_up.is_set():
+        if not follower.caught_up.is_set() or not leads():
             return
-        state = follower.view.adapters(s.adapter_name)
-        if state.canary is None or state.canary in decided:
-            return
-        primary, canary = follower.view.arm(state.primary), follower.view.arm(state.canary)
-        decision = decide(primary, canary, policy)
-        if isinstance(decision, Wait):
-            return
-        event = decision_event(decision, s.adapter_name, state, primary, canary)
-        log.info("A/B: %s version %d (%s)", type(decision).__name__, state.canary, decision.reason)
-        decided.add(state.canary)
-        await (await ctx.send(event))
-        ctx.count(f"ab.{type(decision).__name__.lower()}")
+        for event in life.next_events(time.time()):
+            log.info("lifecycle: %s v%s: %s", type(event).__name__, getattr(event, "version", "?"),
+                     getattr(event, "reason", ""))
+            await (await ctx.send(event))
+            ctx.count(f"ab.{type(event).__name__}")
+        if time.monotonic() - last_publish[0] >= s.registry_interval_s:
+            last_publish[0] = time.monotonic()
+            for state in life.states_to_publish(datetime.now(timezone.utc)):
+                await (await ctx.send(state))
+                life.mark_published(state)
+                ctx.count("ab.registry_states")
 
-    ctx.app.timer(max(1.0, s.tick_interval_s), name="streamgrpo.ab")(ab_tick)
+    async def lease(stream: FaustStream) -> None:
+        async for _ in stream.events():  # consumed only so that ONE worker of the group holds the partition
+            pass
+
+    def leads() -> bool:
+        return TP(ctx.name("adapter-events"), 0) in ctx.app.assignor.assigned_actives()
+
+    ctx.app.task(run_follower)
+    ctx.app.agent(ctx.topics["adapter-events"], name="streamgrpo.ab.lease")(lease)
+    ctx.app.timer(max(0.2, s.tick_interval_s), name="streamgrpo.ab")(ab_tick)
+    return life

@@ -10,7 +10,8 @@ twice; the DuckDB views de-duplicate by ``event_id``. Records that do not decode
 by the consumer (under the archive's own consumer name) and not archived.
 
 Query: :func:`query` opens DuckDB in memory with one view per topic directory, named after the topic
-(dashes -> underscores), e.g. ``SELECT adapter_version, avg(score) FROM rewards GROUP BY 1``.
+(dashes -> underscores), e.g. ``SELECT adapter_version, avg(score) FROM rewards GROUP BY 1``; human rewards
+are kept apart: ``judge_rewards`` and ``human_rewards`` split ``rewards`` by provenance (``human:<name>``).
 What is not covered: compaction of small files, retention of the archive.
 """
 
@@ -108,6 +109,8 @@ def query(root: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
                 f"(PARTITION BY event_id ORDER BY event_time) AS _rn FROM read_parquet('{pattern}', "
                 f"union_by_name=true)) WHERE _rn = 1"
             )
+        if (root / "rewards").is_dir() and any((root / "rewards").glob("*.parquet")):
+            _reward_views(con)
         cur = con.execute(sql)
         columns = [d[0] for d in cur.description or []]
         return columns, cur.fetchall()
@@ -115,6 +118,13 @@ def query(root: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         raise ArchiveError(f"query failed: {exc}") from exc
     finally:
         con.close()
+
+
+def _reward_views(con: Any) -> None:
+    """``judge_rewards`` and ``human_rewards``: the ``rewards`` view split by provenance (``human:<name>``)."""
+    human = "json_extract_string(judge, '$.name') LIKE 'human:%'"
+    con.execute(f'CREATE VIEW "judge_rewards" AS SELECT * FROM "rewards" WHERE NOT ({human})')
+    con.execute(f'CREATE VIEW "human_rewards" AS SELECT * FROM "rewards" WHERE {human}')
 
 
 async def run_archive(ctx: StreamsContext, writer: ArchiveWriter) -> None:

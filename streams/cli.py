@@ -15,7 +15,9 @@ import click
 STREAMS_EPILOG = """\b
 Agents (--only): fanout (tasks -> rollout-requests, admission/pacing), window (rewards + planner
 actions + rollouts -> groups + training-samples), metrics (rewards -> reward-metrics, Prometheus),
-ab (canary promote/rollback on adapter-events), archive (every topic -> Parquet for `analyse`).
+ab (A/B test of the newest version against the primary: promote / roll back / await approval on
+adapter-events, AdapterState on adapter-registry; one leader: the worker holding adapter-events),
+archive (every topic -> Parquet for `analyse`).
 
 \b
 Settings: section [streams] of the TOML file, env STREAMGRPO_STREAMS__<FIELD>

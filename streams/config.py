@@ -83,9 +83,41 @@ class StreamsSettings(StrictModel):
     metrics_port: int = Field(DEFAULT_PORTS["streams"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     # -- A/B controller ----------------------------------------------------------------------------
     canary_share: float = shared("canary_share")
-    ab_min_groups: int = Field(8, ge=1, description="Groups each arm needs before a promote/rollback decision.")
-    ab_min_gain: float = Field(0.0, description="Canary mean reward - primary mean reward needed to promote.")
-    ab_max_loss: float = Field(0.05, ge=0, description="Roll back when the canary is worse than primary by more.")
+    ab_alpha: float = Field(
+        0.05, gt=0, lt=1, description="Error rate of the A/B test: under equal arms the chance that it EVER promotes "
+        "or rolls back (always-valid mSPRT on per-group success; measured by bench/bench_ab.py).")
+    ab_mde: float = Field(0.1, gt=0, le=1, description="Minimum detectable effect: the difference in group success "
+                          "share the sequential test is tuned to detect fastest (its mixing scale).")
+    ab_min_groups: int = Field(4, ge=1, description="Groups each arm needs before the sequential test may decide "
+                               "(guardrails act earlier).")
+    ab_max_groups: int = Field(200, ge=1, description="Maximum duration of a test in canary-arm groups: then the "
+                               "newest candidate is promoted if not worse than ab_max_loss, else a fresh test starts.")
+    ab_max_duration_s: float = Field(
+        1800.0, gt=0, description="Maximum duration of a test in seconds (whichever comes first with ab_max_groups). "
+        "`streamgrpo run` sets 240: on a 2-core CPU a run serves ~2 groups a minute, too few for the test to decide "
+        "on anything but a large difference, so within a run the line is handed over at this limit.")
+    ab_max_loss: float = Field(0.05, ge=0, le=1, description="At the maximum duration, promote only if the estimated "
+                               "difference (canary - primary success share) is at least -ab_max_loss.")
+    ab_require_approval: bool = Field(
+        False, description="Human in the loop: a promotion verdict waits for `streamgrpo adapters approve V` (status "
+        "AWAITING_APPROVAL) instead of promoting. Rollbacks never wait.")
+    ab_eval_gate: float | None = Field(
+        None, ge=0, le=1, description="Held-out gate (needs the evaluator): promote only if the candidate's latest "
+        "held-out accuracy is not below the primary's by more than this. Unset: off.")
+    ab_guard_min_rollouts: int = Field(8, ge=1, description="Judged canary rollouts before the error and judge-failure "
+                                       "guardrails may act.")
+    ab_guard_min_actions: int = Field(32, ge=1, description="Canary planner actions before the parse-failure "
+                                      "guardrail may act.")
+    ab_guard_margin: float = Field(0.25, ge=0, le=1, description="A guardrail trips only when the canary's rate also "
+                                   "exceeds the primary's by this much (a broken tool or judge is not the adapter).")
+    ab_guard_error_rate: float = Field(0.5, gt=0, le=1, description="Guardrail: roll back when the canary's rollout "
+                                       "ERROR rate reaches this.")
+    ab_guard_judge_failure_rate: float = Field(0.5, gt=0, le=1, description="Guardrail: roll back when the share of "
+                                               "the canary's rollouts the judge could not score reaches this.")
+    ab_guard_parse_failure_rate: float = Field(0.8, gt=0, le=1, description="Guardrail: roll back when the canary's "
+                                               "planner parse-failure rate reaches this.")
+    registry_interval_s: float = Field(5.0, gt=0, le=600, description="How often the A/B agent publishes changed "
+                                       "AdapterStates on the compacted adapter-registry topic.")
     # -- archive -----------------------------------------------------------------------------------
     archive_dir: Path = Field(default_factory=lambda: default_home() / "archive",
                               description="Parquet archive root (default <home>/archive).")

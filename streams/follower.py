@@ -5,9 +5,9 @@
 - requested and closed group ids -> groups (and their rollouts) in flight;
 - samples produced by closed groups (``GroupClosed.samples``: usable rewards of a group that trains;
   an ERROR reward yields no sample) and samples consumed by the trainer (the sizes of the offset
-  ranges in every AdapterPublished lineage) -> samples waiting for the trainer;
-- per-version arm statistics of closed groups (for the A/B controller).
-These feed admission (:func:`~streamgrpo.streams.fanout.admit`).
+  ranges in every AdapterPublished lineage) -> samples waiting for the trainer.
+These feed admission (:func:`~streamgrpo.streams.fanout.admit`) and the version choice. (The A/B
+controller keeps its own follower: :mod:`streamgrpo.streams.ab_controller`.)
 
 :class:`StreamsFollower` runs the fold under the project's one log follower
 (:class:`~streamgrpo.topics.follow.LogFollower`: every partition, no consumer group, so every worker
@@ -27,14 +27,12 @@ from aiokafka.errors import KafkaError
 
 from streamgrpo.avro import records as R
 from streamgrpo.models.registry import AdapterRegistry, Announced, Line
-from streamgrpo.streams.ab_controller import ArmStats
 from streamgrpo.streams.app import StreamsContext
 from streamgrpo.streams.fanout import Backlog
 from streamgrpo.topics.follow import LogFollower, fold_events
 
 log = logging.getLogger(__name__)
 TOPICS = ("adapter-events", "groups", "rollout-requests")
-NO_STATS_REASONS = {"too_few_rewards", "timed_out_dropped"}
 
 
 class LoopView:
@@ -44,7 +42,6 @@ class LoopView:
         self.registry = AdapterRegistry(canary_share)
         self.requested: set[str] = set()
         self.closed: set[str] = set()
-        self.arms: dict[int, ArmStats] = {}
         self.open: dict[str, int] = {}  # group id -> rollouts requested
         self.produced = 0  # samples of closed groups that train
         self.consumed = 0  # training-samples records in published adapters' lineage
@@ -60,9 +57,6 @@ class LoopView:
     def adapters(self, adapter_name: str) -> Line:
         return self.registry.line(adapter_name)
 
-    def arm(self, version: int) -> ArmStats:
-        return self.arms.get(version, ArmStats())
-
     def note_requested(self, group_id: str, group_size: int) -> None:
         if group_id not in self.requested:
             self.requested.add(group_id)
@@ -77,8 +71,7 @@ class LoopView:
         else:
             for change in self.registry.apply(event):
                 if isinstance(change, Announced):
-                    self.consumed += sum(r.end - r.start + 1 for r in change.announcement.lineage
-                                         if r.topic.endswith("training-samples"))
+                    self.consumed += change.announcement.samples
 
     def _closed(self, event: R.GroupClosed) -> None:
         gid = event.envelope.group_id or ""
@@ -88,8 +81,6 @@ class LoopView:
         self.open.pop(gid, None)
         if event.trains:  # events older than `samples` counted ERROR rewards as samples
             self.produced += event.samples if event.samples is not None else event.received
-        if event.reason not in NO_STATS_REASONS:
-            self.arms.setdefault(event.adapter_version, ArmStats()).add(event.reward_mean)
 
 
 @dataclass

@@ -10,6 +10,9 @@ windows to ``reward-metrics``, and when ``prometheus_port`` is set a prometheus_
 exposes ``streamgrpo_reward_mean{adapter_version}``, ``streamgrpo_reward_success_rate``,
 ``streamgrpo_rewards_total{adapter_version,status}`` and ``streamgrpo_streams_events_total{what}``.
 
+Human rewards (provenance ``human:<name>``, ``streamgrpo label``) are kept apart: they are counted
+(``metrics.human_rewards``) and never enter a window; the A/B registry reports them separately.
+
 What is not covered: windows are per worker process and in memory. With several workers each one
 reports over its own partitions (merge downstream, weighted by ``count``); a crash loses the open
 windows' partial sums. Metrics are observability, never inputs to training.
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from streamgrpo.avro import records as R
+from streamgrpo.models.stats import is_human
 from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.topics.dedup import RecentIds
 
@@ -122,7 +126,9 @@ def register(ctx: StreamsContext) -> None:
     async def metrics_agent(stream: FaustStream) -> None:
         async for ev in stream.events():
             reward = await ctx.decode(ev, (R.Reward,))
-            if isinstance(reward, R.Reward) and windows.add(reward):
+            if isinstance(reward, R.Reward) and is_human(reward):
+                ctx.count("metrics.human_rewards")  # kept apart: reward metrics are the judge's
+            elif isinstance(reward, R.Reward) and windows.add(reward):
                 prom.on_reward(reward)
 
     async def flush_metrics() -> None:

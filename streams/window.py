@@ -14,7 +14,10 @@ the agent handles the tick inside stream iteration, where tables may be written.
 Delivery: at-least-once. Samples and GroupClosed are sent and their delivery awaited BEFORE the
 table records them as emitted, so a crash can repeat an emission but never lose one; repeats carry
 the same deterministic id (``ids.sample_id(rollout_id)``) and the trainer drops them by id.
-Counted (``ctx.counters``): ``groups.<reason>``, ``rewards.duplicate``, ``actions.expired``.
+Human rewards (``streamgrpo label``) are used ahead of the judge's while a group is open (see
+:func:`~streamgrpo.streams.window_core.add_reward`).
+Counted (``ctx.counters``): ``groups.<reason>``, ``rewards.duplicate_or_late``, ``rewards.human``,
+``actions.expired``.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ class Window:
             state, accepted = W.add_reward(state, event)
             if not accepted:
                 self.ctx.count("rewards.duplicate_or_late")
+            elif W.is_human(event):
+                self.ctx.count("rewards.human")
         else:
             before = len(state.turns_expected)
             state = W.add_completed(state, event)

@@ -7,7 +7,9 @@ A group collects one Reward per rollout (deduplicated by event id and by rollout
   not train. Either way a GroupClosed lists ``missing_rollout_ids``.
 
 ERROR rewards count as arrived (they complete the group) but are unusable: they get no advantage and
-their rollout yields no TrainingSample. A zero-variance group (all usable rewards equal) closes with
+their rollout yields no TrainingSample. Human rewards (provenance ``human:<name>``, from ``streamgrpo
+label``) are used ahead of the judge's while the group is open (:func:`add_reward`); a closed group
+is never reopened, so a label that comes after the group closed changes no advantage. A zero-variance group (all usable rewards equal) closes with
 ``trains=False, reason="zero_variance"`` and yields no samples.
 
 Intake bounds (:func:`out_of_bounds`): a Reward or RolloutCompleted whose ``group_size`` is outside
@@ -28,6 +30,7 @@ from typing import Any
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
+from streamgrpo.models.stats import is_human
 from streamgrpo.streams.advantages import Estimator
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TURNS
 
@@ -50,6 +53,7 @@ class RewardEntry:
     usable: bool
     adapter_name: str
     adapter_version: int
+    human: bool = False  # provenance human:<name> (``streamgrpo label``)
 
 
 @dataclass
@@ -98,10 +102,18 @@ def new_state(group_id: str, task_id: str | None, expected: int, now: float, par
 
 
 def add_reward(state: GroupState, reward: R.Reward) -> tuple[GroupState, bool]:
-    """Record ``reward``; returns (state, accepted). Duplicates and late rewards are not accepted."""
+    """Record ``reward``; returns (state, accepted). Duplicates and late rewards are not accepted.
+
+    Human rewards come first while the group is open: a human reward replaces the judge's reward of the same
+    rollout (and a later human reward of it replaces an earlier one); a judge reward of a rollout a person
+    already rewarded is not accepted."""
     rollout = reward.envelope.rollout_id or ""
     known_ids = {e.event_id for e in state.rewards.values()}
-    if state.closed or rollout in state.rewards or reward.event_id in known_ids:
+    if state.closed or reward.event_id in known_ids:
+        return state, False
+    previous = state.rewards.get(rollout)
+    human = is_human(reward)
+    if previous is not None and not (human and reward.status == R.RewardStatus.OK):
         return state, False
     entry = RewardEntry(
         event_id=reward.event_id,
@@ -109,6 +121,7 @@ def add_reward(state: GroupState, reward: R.Reward) -> tuple[GroupState, bool]:
         usable=reward.status == R.RewardStatus.OK,
         adapter_name=reward.adapter_name,
         adapter_version=int(reward.adapter_version),
+        human=human,
     )
     expected = max(state.expected, int(reward.group_size))
     return replace(state, rewards={**state.rewards, rollout: entry}, expected=expected), True

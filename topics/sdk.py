@@ -9,6 +9,14 @@
 Installing this needs only the core dependencies (fastavro, confluent-kafka, aiokafka, pydantic):
 ``streamgrpo.topics`` and ``streamgrpo.avro`` never import torch, transformers, vllm or faust.
 
+:func:`label_rollouts` is what ``streamgrpo label`` uses: a person's reward for rollouts, as Reward
+events with provenance ``human:<name>`` (the advantage window uses them ahead of the judge's while
+a group is open; metrics and the A/B test keep them apart). All or nothing, like files.
+
+    from streamgrpo.topics.sdk import Label, label_rollouts
+
+    label_rollouts(KafkaSettings(bootstrap="kafka:9092"), [Label(rollout_id, 1.0)], by="ada")
+
 :func:`publish_rows` is what ``streamgrpo submit`` uses for files. All or nothing: EVERY row is
 first built into a Task (fields, ``group_size`` in 1..:data:`MAX_GROUP_SIZE`, UTF-8 text: no lone
 surrogates), encoded with the producer's Avro codec, and its record size checked against the
@@ -29,12 +37,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from streamgrpo.avro import ids
 from streamgrpo.avro.codec import Codec
 from streamgrpo.avro.errors import EncodeError
-from streamgrpo.avro.records import Envelope, Task
+from streamgrpo.avro.records import (
+    Envelope,
+    JudgeInfo,
+    Reward,
+    RewardComponent,
+    RewardStatus,
+    RolloutCompleted,
+    Task,
+)
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics.catalog import topic_for
 from streamgrpo.topics.clients import client_config, topic_name
+from streamgrpo.topics.errors import TopicsError
 from streamgrpo.topics.producer import EventProducer
 
 log = logging.getLogger(__name__)
@@ -275,3 +293,83 @@ def send_prepared(ready: Iterable[EncodedTask], producer: EventProducer, *,
             progress(report.published)
     producer.flush()
     return report
+
+
+# ---------------------------------------------------------------------------------------------
+# human rewards: `streamgrpo label`
+#: Provenance prefix of a person's reward (the judge name of the Reward is ``human:<name>``).
+HUMAN_PREFIX = "human:"
+
+
+class LabelError(TopicsError, ValueError):
+    """A label cannot be written (unknown rollout, score out of range, no labeller); nothing was sent."""
+
+
+@dataclass(frozen=True)
+class Label:
+    """A person's reward for one rollout: ``score`` in [0, 1] (1 = fully right)."""
+
+    rollout_id: str
+    score: float
+
+
+def labeller(name: str) -> str:
+    """``ada`` or ``human:ada`` -> ``human:ada`` (a LabelError for an empty name)."""
+    bare = name[len(HUMAN_PREFIX):] if name.startswith(HUMAN_PREFIX) else name
+    if not bare.strip():
+        raise LabelError("the labeller's name is empty; pass --by NAME")
+    return HUMAN_PREFIX + bare.strip()
+
+
+def human_reward(done: RolloutCompleted, score: float, by: str) -> Reward:
+    """The Reward a person gives the rollout ``done`` (deterministic id: the same label twice is one event)."""
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= float(score) <= 1.0:
+        raise LabelError(f"score {score!r} is out of range: a human reward is a number from 0 to 1")
+    who = labeller(by)
+    env = done.envelope
+    return Reward(
+        envelope=Envelope.new("label", event_id=ids.human_reward_id(env.rollout_id or "", who, float(score)),
+                              task_id=env.task_id, group_id=env.group_id, rollout_id=env.rollout_id),
+        score=float(score), status=RewardStatus.OK, judge=JudgeInfo(name=who, rubric_hash="human", model=None),
+        group_size=done.group_size, adapter_name=done.adapter_name, adapter_version=done.adapter_version,
+        turns=done.turns, rollout_status=done.status, components=[RewardComponent("human", float(score), 1.0)],
+        tool_calls=dict(done.tool_calls),
+    )
+
+
+def find_rollouts(kafka: KafkaSettings, rollout_ids: Iterable[str], timeout_s: float = 10.0) -> dict[str, RolloutCompleted]:
+    """The RolloutCompleted of each id found on ``rollouts`` (one pass over the topic)."""
+    from streamgrpo.topics.follow import iter_topic
+
+    wanted, found = set(rollout_ids), dict[str, RolloutCompleted]()
+    for rec in iter_topic(kafka, "rollouts", timeout_s=timeout_s):
+        ev = rec.event
+        if isinstance(ev, RolloutCompleted) and ev.envelope.rollout_id in wanted:
+            found.setdefault(ev.envelope.rollout_id or "", ev)
+    return found
+
+
+def label_rollouts(kafka: KafkaSettings, labels: Iterable[Label], by: str) -> list[Reward]:
+    """Write one human Reward per label, all or nothing: every label is checked first (the rollout exists on
+    ``rollouts``, the score is in [0, 1], a labeller is named); a LabelError lists every problem and nothing is
+    sent. Returns the Rewards sent (delivery confirmed)."""
+    todo = list(labels)
+    if not todo:
+        raise LabelError("no labels given")
+    labeller(by)
+    found = find_rollouts(kafka, {lab.rollout_id for lab in todo})
+    rewards, problems = [], []
+    for n, lab in enumerate(todo, 1):
+        done = found.get(lab.rollout_id)
+        try:
+            if done is None:
+                raise LabelError(f"unknown rollout {lab.rollout_id!r}: no RolloutCompleted with that id on `rollouts`")
+            rewards.append(human_reward(done, lab.score, by))
+        except LabelError as exc:
+            problems.append(f"label {n}: {exc}" if len(todo) > 1 else str(exc))
+    if problems:
+        raise LabelError("; ".join(problems) + ("; nothing was written" if len(todo) > 1 else ""))
+    with EventProducer(kafka, "label") as producer:
+        for reward in rewards:
+            producer.send(reward)
+    return rewards

@@ -23,9 +23,10 @@ class TrainerConfig(StrictModel):
     """Settings of one training run."""
 
     SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_staleness", "samples_per_step", "adapter_store",
-                                                "model_cache")
+                                                "model_cache", "canary_share")
 
     adapter_name: str = shared("adapter_name")
+    canary_share: float = shared("canary_share")
     run_name: str = Field("default", min_length=1, description="Training run name; the consumer group is trainer.<adapter_name>.<run_name>.")
     base_model: str = Field("smollm2-135m-instruct", description="Base causal LM: the bundled alias 'smollm2-135m-instruct', a local directory or a HF hub id.")
     model_cache: Path = shared("model_cache")

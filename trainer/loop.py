@@ -8,6 +8,11 @@
         --consumer.commit()--> offsets of exactly what that adapter trained on
 ```
 
+Rollbacks (:mod:`streamgrpo.trainer.rollback`): the trainer follows ``adapter-events`` through the one
+registry fold; when the version its weights are was rolled back, it continues from the primary's
+stored weights and optimizer state, and its next publication (a new version number) names the
+primary as parent. Samples of rolled-back versions are dropped; staleness counts along the lineage.
+
 Guarantees: offsets are committed only after the adapter that used them is stored and announced.
 A restarted trainer (even after SIGKILL) resumes from the newest stored adapter + optimizer state;
 records that adapter already covered (crash between store and commit) are skipped by the
@@ -24,6 +29,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,17 +39,20 @@ from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.heartbeat import Heartbeat
 from streamgrpo.models import adapter_store as store
+from streamgrpo.models.registry import AdapterRegistry
 from streamgrpo.topics.consumer import EventConsumer
 from streamgrpo.topics.dedup import RecentIds
 from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.topics.received import Received
+from streamgrpo.trainer import rollback
 from streamgrpo.trainer.batching import build_batch, drop_reason, micro_batches
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.errors import TrainerError
 from streamgrpo.trainer.lineage import Lineage, already_trained
 from streamgrpo.trainer.losses import build_loss
 from streamgrpo.trainer.model import load_policy
+from streamgrpo.trainer.rollback import check_rollback, drop_reason_for
 from streamgrpo.trainer.schedules import build_scheduler
 from streamgrpo.trainer.step import StepConfig, build_optimizer, optimizer_step
 
@@ -59,13 +68,30 @@ class TrainerState:
     model: Any
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    version: int = 0  # latest stored version (0: fresh adapter, nothing published)
+    version: int = 0  # the version the weights are (0: fresh adapter); the next publication's parent
+    published: int = 0  # highest version number stored (the next publication is published + 1)
+    registry: AdapterRegistry | None = None  # the adapter-events fold (rollbacks), fed by rollback.follow
     step: int = 0
     committed: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset
     lineage: Lineage = field(default_factory=Lineage)  # consumed since the latest stored version
     dropped: Counter[str] = field(default_factory=Counter)
     seen: RecentIds = field(default_factory=RecentIds)
     last_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def build_training(cfg: TrainerConfig, path: Path | None) -> tuple[Any, torch.optim.Optimizer, Any]:
+    """Model, optimizer and scheduler: the adapter stored at ``path`` with its optimizer/scheduler state, or a
+    fresh adapter (``path`` None)."""
+    model = load_policy(cfg.model_spec(), adapter_dir=path)
+    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay)
+    scheduler = build_scheduler(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps,
+                                total_steps=cfg.schedule_steps, min_ratio=cfg.min_lr_ratio)
+    saved = (store.load_trainer_state(path) if path is not None else None) or {}
+    if "optimizer" in saved:
+        optimizer.load_state_dict(saved["optimizer"])
+    if "scheduler" in saved:
+        scheduler.load_state_dict(saved["scheduler"])
+    return model, optimizer, scheduler
 
 
 def resume(cfg: TrainerConfig) -> TrainerState:
@@ -75,19 +101,11 @@ def resume(cfg: TrainerConfig) -> TrainerState:
     if found is not None and found[1].base_model != cfg.base_model:
         raise TrainerError(f"{found[0]} was trained on base model {found[1].base_model!r}, not {cfg.base_model!r}; "
                            "use another adapter_name or adapter_store")
-    model = load_policy(cfg.model_spec(), adapter_dir=found[0] if found else None)
-    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay)
-    scheduler = build_scheduler(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps,
-                                total_steps=cfg.schedule_steps, min_ratio=cfg.min_lr_ratio)
-    state = TrainerState(model, optimizer, scheduler)
+    state = TrainerState(*build_training(cfg, found[0] if found else None))
     if found is not None:
         path, manifest = found
-        saved = store.load_trainer_state(path) or {}
-        if "optimizer" in saved:
-            optimizer.load_state_dict(saved["optimizer"])
-        if "scheduler" in saved:
-            scheduler.load_state_dict(saved["scheduler"])
         state.version, state.step, state.committed = manifest.version, manifest.trainer_step, dict(manifest.committed)
+        state.published = manifest.version
         log.info("resumed %s v%d (step %d) from %s", cfg.adapter_name, state.version, state.step, path)
     return state
 
@@ -132,8 +150,12 @@ def accept(received: Received, state: TrainerState, cfg: TrainerConfig) -> tuple
         return None, "not_a_sample"
     if state.seen.seen(sample.event_id):
         return None, "duplicate"
-    reason = drop_reason(sample, adapter_name=cfg.adapter_name, current_version=state.version,
-                         max_staleness=cfg.max_staleness, max_seq_len=cfg.max_seq_len)
+    line = state.registry.line(cfg.adapter_name) if state.registry is not None else None
+    ours = sample.adapter_name == cfg.adapter_name
+    lineage_reason = drop_reason_for(sample, line, state.version, max_staleness=cfg.max_staleness) if ours else None
+    current = sample.behaviour_version if line is not None else state.version  # staleness checked along the lineage
+    reason = lineage_reason or drop_reason(sample, adapter_name=cfg.adapter_name, current_version=current,
+                                           max_staleness=cfg.max_staleness, max_seq_len=cfg.max_seq_len)
     return (sample, None) if reason is None else (None, reason)
 
 
@@ -178,7 +200,8 @@ def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) ->
     """Store the adapter as the next version and announce it (flushed) -> the event."""
     metrics = {**state.last_metrics, **{f"dropped_{k}": float(v) for k, v in state.dropped.items()}}
     manifest = store.Manifest(
-        adapter_name=cfg.adapter_name, version=state.version + 1, parent_version=state.version or None,
+        adapter_name=cfg.adapter_name, version=max(state.version, state.published) + 1,
+        parent_version=state.version or None,
         base_model=cfg.base_model, trainer_step=state.step, lineage=state.lineage.offset_ranges(), metrics=metrics,
         committed=state.lineage.next_offsets(state.committed),
     )
@@ -188,6 +211,7 @@ def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) ->
     producer.send(event)
     producer.flush()
     state.version, state.committed, state.lineage = manifest.version, manifest.committed, Lineage()
+    state.published = manifest.version
     state.dropped = Counter()
     log.info("published %s v%d (step %d) sha256=%s… lineage=%s", cfg.adapter_name, manifest.version, state.step,
              sha[:12], [(r.partition, r.start, r.end) for r in event.lineage])
@@ -210,6 +234,7 @@ async def train(consumer: EventConsumer, producer: EventProducer, state: Trainer
     alive = heartbeat or Heartbeat(None)
     published: list[R.AdapterPublished] = []
     while not (stop is not None and stop.is_set()) and (cfg.max_steps is None or state.step < cfg.max_steps):
+        await asyncio.to_thread(check_rollback, state, cfg)
         samples = await collect(consumer, state, cfg, alive)
         if samples is None:
             log.info("no samples for %.0f s; stopping (dropped since the last adapter: %s)", cfg.idle_exit_s,
@@ -219,6 +244,8 @@ async def train(consumer: EventConsumer, producer: EventProducer, state: Trainer
         state.last_metrics = await asyncio.to_thread(train_step, state, samples, cfg)
         log_step(state, state.last_metrics, time.monotonic() - started)
         alive.beat()
+        if await asyncio.to_thread(check_rollback, state, cfg):
+            continue  # the step was computed on weights rolled back meanwhile: not published
         if state.step % cfg.publish_every == 0:
             published.append(await asyncio.to_thread(publish, producer, state, cfg))
             await consumer.commit()
@@ -231,10 +258,17 @@ async def run_trainer(cfg: TrainerConfig, kafka: KafkaSettings, stop: asyncio.Ev
     state = await asyncio.to_thread(resume, cfg)
     producer = EventProducer(kafka, SERVICE)
     heartbeat = Heartbeat.configured()
+    state.registry = AdapterRegistry(cfg.canary_share)
+    following = asyncio.Event()
+    reader = rollback.follower(state, kafka)
+    follower = asyncio.create_task(reader.run(following))
     try:
         await asyncio.to_thread(announce_if_missing, producer, kafka, cfg)
+        await asyncio.wait_for(reader.caught_up.wait(), timeout=120)  # a rollback in the history applies first
         async with EventConsumer(kafka, cfg.group_id, [SAMPLES_TOPIC], SERVICE, dlq=producer,
                                  commit_on_revoke=False, alive=heartbeat.beat) as consumer:
             return await train(consumer, producer, state, cfg, stop, heartbeat)
     finally:
+        following.set()
+        await follower
         producer.close()

@@ -56,3 +56,26 @@ def test_heldout_line_and_plot(tmp_path: Path) -> None:
     assert not plot_heldout([], p.started, tmp_path / "none.png")
     summary = p.summary()
     assert [e["trigger"] for e in summary["evaluations"]] == ["run-evaluator", "run-evaluator", "run-final"]
+
+
+def test_lifecycle_decisions_and_human_rewards_in_the_report() -> None:
+    from streamgrpo.cli.progress import lifecycle_lines
+
+    p = Progress(canary_share=0.5)
+    judge = R.Reward(env(20, group_id="g", rollout_id="r1"), 1.0, R.RewardStatus.OK, R.JudgeInfo("math", "h"), 4,
+                     "planner", 1, 1, R.RolloutStatus.ANSWERED)
+    person = R.Reward(env(21, group_id="g", rollout_id="r1"), 0.0, R.RewardStatus.OK, R.JudgeInfo("human:ada", "h"),
+                      4, "planner", 1, 1, R.RolloutStatus.ANSWERED)
+    for e in [published(1, 10), published(2, 30), judge, person,
+              R.AdapterPromoted(env(40), "planner", 1, 0, "better: p 0.01", {"canary_groups": 9.0, "p_value": 0.01}),
+              R.AdapterRolledBack(env(50), "planner", 2, 1, "worse", decided_by="human:bob")]:
+        p.apply(e)
+    life = p.summary()["lifecycle"]
+    assert (life["primary"], life["canary"], life["human_rewards"]) == (1, None, 1)
+    assert life["statuses"] == {"0": "RETIRED", "1": "PRIMARY", "2": "ROLLED_BACK"}
+    assert [(d["version"], d["kind"], d["by"]) for d in life["decisions"]] == [
+        (1, "promoted", "ab-controller"), (0, "superseded", "ab-controller"), (2, "rolled_back", "human:bob")]
+    assert p.per_version[1].count == 1 and p.per_version[1].mean == 1.0  # the human's 0.0 is kept apart
+    assert "primary v1, canary -" in p.line()
+    text = "\n".join(lifecycle_lines(life))
+    assert "| v2 | rolled_back | human:bob | worse |" in text and "human rewards 1" in text

@@ -71,3 +71,17 @@ def test_archive_query_errors(tmp_path: Path) -> None:
     tmp_path.mkdir(exist_ok=True)
     with pytest.raises(ArchiveError, match="query failed"):
         query(tmp_path, "SELECT * FROM no_such_view")
+
+
+def test_human_rewards_are_kept_apart_in_metrics_and_analysis(tmp_path: Path) -> None:
+    person = replace(reward(0.0, 1, 1002.0), judge=R.JudgeInfo("human:ada", "human"))
+    w = ArchiveWriter(tmp_path, roll_records=1, roll_s=60)
+    for r in (reward(1.0, 1, 1000.0), person):
+        w.add("rewards", r)
+    w.flush()
+    _, judge = query(tmp_path, "SELECT count(*), avg(score) FROM judge_rewards")
+    _, human = query(tmp_path, "SELECT count(*), avg(score) FROM human_rewards")
+    assert judge == [(1, 1.0)] and human == [(1, 0.0)]
+    from streamgrpo.models.stats import is_human
+
+    assert is_human(person) and not is_human(reward(1.0, 1, 1000.0))  # the metrics agent skips what this says

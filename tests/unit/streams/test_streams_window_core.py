@@ -187,3 +187,34 @@ def test_sample_carries_the_planner_actions_sampling_parameters() -> None:
         adapter_name="planner", adapter_version=3, sampling=sampling, parse_status=R.ParseStatus.STRICT,
         prompt_hash="h", latency_ms=1)
     assert build_sample(s, r0, [action]).sampling == sampling
+
+
+def human(i: int, score: float, by: str = "ada") -> R.Reward:
+    rid = ids.rollout_id(G, i)
+    return R.Reward(
+        envelope=R.Envelope.new("label", event_id=ids.human_reward_id(rid, by, score), task_id="task-1", group_id=G,
+                                rollout_id=rid),
+        score=score, status=R.RewardStatus.OK, judge=R.JudgeInfo(f"human:{by}", "manual"), group_size=4,
+        adapter_name="planner", adapter_version=3, turns=2, rollout_status=R.RolloutStatus.ANSWERED,
+    )
+
+
+def test_a_human_reward_overrides_the_judge_while_the_group_is_open() -> None:
+    s, _ = add_reward(fresh(), reward(0, 0.0))
+    s, ok = add_reward(s, human(0, 1.0))
+    assert ok and s.rewards[ids.rollout_id(G, 0)].score == 1.0 and s.rewards[ids.rollout_id(G, 0)].human
+    s, ok = add_reward(s, human(0, 1.0))  # the same label again: a duplicate
+    assert not ok
+    s, ok = add_reward(s, human(0, 0.5, by="bob"))  # a later human label replaces the earlier one
+    assert ok and s.rewards[ids.rollout_id(G, 0)].score == 0.5
+    s, ok = add_reward(s, human(1, 1.0))  # before the judge: the judge's reward then does not count
+    assert ok
+    s, ok = add_reward(s, reward(1, 0.0))
+    assert not ok and s.rewards[ids.rollout_id(G, 1)].score == 1.0
+    for i in (2, 3):
+        s, _ = add_reward(s, reward(i, 0.0))
+    s, closed = maybe_close(s, policy(), now=101.0)
+    assert closed is not None and closed.reward_mean == pytest.approx(0.375)  # (0.5 + 1 + 0 + 0) / 4
+    late, ok = add_reward(s, human(2, 1.0))  # the group closed: a label changes nothing
+    assert not ok and late is s
+    assert GroupState.from_dict(s.to_dict()) == s
