@@ -33,7 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "Held-out accuracy of the base model and adapter versions (correctness only, with CIs)."),
     "evaluator": ("streamgrpo.evaluation.cli:evaluator_command",
                   "Run the evaluator service (held-out accuracy of each new adapter version)."),
-    "analyse": ("streamgrpo.streams.cli:analyse", "Query the Parquet archive of events with DuckDB."),
+    "analyse": ("streamgrpo.analysis.cli:analyse",
+                "SQL, canned reports with plots and a shell over the event archive (DuckDB)."),
+    "replay": ("streamgrpo.replay.cli:replay",
+               "Restore archived events into a broker; retrain a new adapter lineage from a chosen range."),
     "status": ("streamgrpo.cli.status:status", "One screen: consumer lag, adapter versions, groups in flight, DLQ, services."),
 }
 
