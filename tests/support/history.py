@@ -3,7 +3,7 @@
 Two groups: G1 (v0, 4 rollouts: tools, a parse failure and a repair, a tool error, a verifier false stop, a
 MAX_TURNS rollout, samples that trained v1, one of them dead-lettered by the trainer) and G2 (v1, 2
 rollouts, one ERROR reward, never trains); v1's AdapterPublished with its lineage; held-out evaluations of
-v0 and v1; and a re-scoring of G1 by another judge in a namespace. :func:`place` assigns partitions by key
+v0 and v1; v1's registry state and a reward-metrics window (so every topic has events); and a re-scoring of G1 by another judge in a namespace. :func:`place` assigns partitions by key
 and offsets in order, like a log would.
 """
 
@@ -110,6 +110,10 @@ def build() -> tuple[SyntheticLog, list[tuple[R.Event, Place]]]:
                          "trainer.planner.run1"))
     log.put(R.EvaluationCompleted(env("eval0", 25), "planner", 0, "heldout", "h", 10, 1, 0.0, 0.2, 0.05, 0.5, 1.0,
                                   0.1, 1.0, 2.0, 30.0, 3.0, R.JudgeInfo("math", "m1")))
+    log.put(R.AdapterState(env("state", 31), "planner", 1, R.AdapterStatus.PRIMARY, T0 + timedelta(seconds=31),
+                           lineage=lineage, reward_mean=0.75))
+    log.put(R.RewardMetrics(env("metrics", 35), "planner", 0, T0, T0 + timedelta(seconds=30), 4, 0.75, 0.75, 1.75,
+                            {"calculator": 3, "search": 2}))
     _group(log, "t2", "What is 4+5?", "9", G2, 1, 40.0, [1.0, None])
     log.put(R.EvaluationCompleted(env("eval1", 60), "planner", 1, "heldout", "h", 10, 1, 0.0, 0.4, 0.15, 0.7, 1.0,
                                   0.0, 1.0, 2.0, 30.0, 3.0, R.JudgeInfo("math", "m1")))
