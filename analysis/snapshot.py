@@ -1,8 +1,8 @@
-"""A live snapshot of the topics as a temporary archive, for ``analyse`` when no archive exists.
+"""The topics as an archive: a live snapshot for ``analyse`` when no archive exists, and ``replay sync``.
 
 :func:`snapshot` reads every existing catalog topic from its beginning up to its end now (the
 group-less :func:`~streamgrpo.topics.follow.iter_topic`), writes the decoded events with the archive
-writer into ``root`` and returns the number archived; every view and report then runs on it exactly
+writer into ``root`` (events it already holds are skipped by id) and returns the number newly archived; every view and report then runs on it exactly
 as on the durable archive. What is not covered: records past the end at the time each topic was read,
 records that do not decode (they are dead-lettered by the topics' consumers), events that Kafka has
 already expired (only the archive keeps those).

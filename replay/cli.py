@@ -59,6 +59,24 @@ def restore_command(ctx: click.Context, archive: Path, topics: tuple[str, ...], 
                f"(prefix {kafka.topic_prefix!r})")
 
 
+@replay.command("sync")
+@click.argument("archive", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@click.option("--topic-prefix", "prefix", default=None, help="Topic prefix of the run (default: [kafka] topic_prefix).")
+@click.pass_context
+def sync_command(ctx: click.Context, archive: Path, bootstrap: str | None, prefix: str | None) -> None:
+    """Copy into ARCHIVE every event on the broker's topics that it does not hold yet (one pass over every
+    topic, from its start to its end now; events already archived are skipped by id, so it is safe to repeat).
+
+    Use it before stopping an embedded broker, or to archive a run that ran without the archive agent.
+    """
+    from streamgrpo.analysis.snapshot import snapshot
+
+    kafka = _kafka(ctx, bootstrap, prefix)
+    n = snapshot(kafka, archive)
+    click.echo(f"archived {n} new events into {archive}")
+
+
 @replay.command("train", context_settings={"max_content_width": 110},
                 epilog="Trainer settings are the live trainer's: [trainer] in --config / STREAMGRPO_TRAINER__<FIELD> and "
                        "[loop] (samples_per_step, adapter_store, model_cache), so a replay trains as the run did.")
