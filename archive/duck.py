@@ -45,10 +45,10 @@ def _quote(path: Path) -> str:
 
 def _source(con: Any, root: Path, topic: str, event_name: str) -> str:
     """SQL of every archived row of one event type of ``topic`` (an empty typed table when there is none)."""
-    files = parts(type_dir(root, topic, event_name))
-    if files:
-        listing = ", ".join(_quote(f) for f in files)
-        return f"SELECT * FROM read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
+    directory = type_dir(root, topic, event_name)
+    if parts(directory):
+        pattern = _quote(directory / "date=*" / "part-*.parquet")
+        return f"SELECT * FROM read_parquet({pattern}, union_by_name=true, hive_partitioning=false)"
     empty = f"_empty_{snake(event_name)}"
     con.register(empty, pa.Table.from_pylist([], schema=arrow_schema(event_name)))
     return f"SELECT * FROM {empty}"

@@ -206,14 +206,14 @@ def read_events(root: Path, topic: str, *, batch_rows: int = 2048) -> Iterator[t
 def _read_type(root: Path, topic: str, name: str, batch_rows: int) -> Iterator[tuple[tuple[int, int], R.Event, Place]]:
     import duckdb
 
-    files = parts(type_dir(root, topic, name))
-    if not files:
+    directory = type_dir(root, topic, name)
+    if not parts(directory):
         return
     schema = arrow_schema(name)
-    listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+    pattern = "'" + str(directory / "date=*" / "part-*.parquet").replace("'", "''") + "'"
     con = duckdb.connect()
     try:
-        rel = con.sql(f"SELECT * FROM read_parquet([{listing}], union_by_name=true, hive_partitioning=false) "
+        rel = con.sql(f"SELECT * FROM read_parquet({pattern}, union_by_name=true, hive_partitioning=false) "
                       "ORDER BY kafka_partition, kafka_offset")
         reader = rel.to_arrow_reader(batch_rows) if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader(batch_rows)
         for batch in reader:

@@ -129,7 +129,8 @@ def train_command(ctx: click.Context, run_name: str, lower: str | None, upper: s
         click.echo(f"  v{ev.version}: step {ev.trainer_step}, sha256 {ev.sha256[:16]}…, {ev.uri}")
     drops = ", ".join(f"{k} {v}" for k, v in sorted(result.dropped.items())) or "none"
     click.echo(f"published {len(result.published)} version(s) of {result.adapter_name} "
-               f"(announced on {result.namespace_prefix}adapter-events); dropped: {drops}")
+               f"(announced on {result.namespace_prefix}adapter-events); dropped: {drops}; "
+               f"{result.left_over} sample(s) after the last full step not trained")
     if judge and archive is not None:
         n = archive_namespace(archive, kafka.model_copy(update={"topic_prefix": result.namespace_prefix}),
                               plan.topic_namespace)

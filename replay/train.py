@@ -49,6 +49,7 @@ class RangeSource:
     def __init__(self, records: list[Received]) -> None:
         self.records = records
         self.position = 0
+        self.committed = 0  # records consumed up to the last published adapter
         self.rejected: list[tuple[Received, str]] = []
 
     async def poll(self, max_records: int = 100, timeout_ms: int = 500) -> list[Received]:
@@ -57,7 +58,9 @@ class RangeSource:
         return batch
 
     async def commit(self) -> None:
-        """Nothing to commit: the replay's progress is its stored adapters."""
+        """Nothing is committed to Kafka (the replay's progress is its stored adapters); remembers how far
+        the published adapters reach (the loop commits right after each publish)."""
+        self.committed = self.position
 
     async def dead_letter(self, received: Received, reason_code: str, reason: str) -> None:
         self.rejected.append((received, reason_code))  # the live consumer dead-lettered it already
@@ -98,6 +101,7 @@ class ReplayResult:
     dropped: dict[str, int] = field(default_factory=dict)
     rejudged_rewards: int = 0
     rejudged_samples: int = 0
+    left_over: int = 0  # records after the last published adapter (a last, partial step is not trained)
 
 
 def deterministic_torch(threads: int) -> None:
@@ -159,6 +163,7 @@ async def _train(cfg: Any, ns: KafkaSettings, records: list[Received], threads: 
     finally:
         torch.set_num_threads(before[0])
         torch.use_deterministic_algorithms(before[1])
+    result.left_over = len(records) - source.committed
     result.dropped = {k: int(v) for k, v in state.dropped.items()}
     for _, code in source.rejected:
         result.dropped[code] = result.dropped.get(code, 0) + 1

@@ -110,6 +110,7 @@ def test_cli_replays_an_offset_range_from_the_archive(kafka_ns: KafkaSettings,
     partitions = len({r.partition for r in records})
     assert f"{partitions} TrainingSamples of planner in range" in result.output
     assert store.versions(tmp_path / "store", "planner-cli") == list(range(1, partitions // 2 + 1))
+    assert f"{partitions % 2} sample(s) after the last full step not trained" in result.output
 
 
 def _events(kafka: KafkaSettings, topic: str) -> list:
