@@ -1,7 +1,8 @@
 """``replay restore``: re-publish archived events into a broker (e.g. after the embedded broker restarted).
 
 For each archived topic, the events are read back in ``(partition, offset)`` order
-(:func:`~streamgrpo.archive.store.read_events`), re-encoded with the current contract and produced with
+(:func:`~streamgrpo.archive.store.read_events`), re-encoded with the current contract (byte for byte the
+original record when it was written with the current schema) and produced with
 their original key, to their original partition, with their original record timestamp and event id,
 by one idempotent producer (``acks=all``, ordered): per-partition order is the archive's. Events already
 on the target topic (same event id) are skipped, so restoring twice, or into a broker that kept part
