@@ -16,8 +16,8 @@ sampling versions belong to the source lineage); everything else is the live tra
 
 Determinism: the same range, seed and settings give the same adapter bytes on CPU: samples are read in
 a canonical order (:func:`~streamgrpo.replay.sources.canonical`), the LoRA initialisation is seeded
-(``trainer.seed``) and the number of CPU threads is pinned (``threads``, default 1). Measured: SmolLM2-135M
-steps are bitwise identical run to run at 1 thread and at 2 threads, but differ between 1 and 2 threads
+(``trainer.seed``) and the number of CPU threads is pinned (``threads``, default 1). Measured (fp32 compute):
+SmolLM2-135M steps are bitwise identical run to run at 1 thread and at 2 threads, but differ between 1 and 2 threads
 (intra-op reductions split differently); torch's deterministic-algorithms switch, also set, changed nothing
 on CPU. Same machine type and library versions assumed (other CPU kernels may round differently).
 What is not covered: bitwise equality on GPU (CUDA kernels are not bitwise reproducible across runs
