@@ -71,7 +71,7 @@ bench-long: setup ## The long benchmarks: TRL side-by-side (~15 min) and a 21-mi
 
 lint: setup ## ruff + mypy
 	$(BIN)/ruff check .
-	$(BIN)/mypy streamgrpo cli tasks models evaluation avro topics streams trainer rollout judge
+	$(BIN)/mypy streamgrpo cli tasks models evaluation archive analysis replay avro topics streams trainer rollout judge
 
 fmt: setup ## Format with ruff
 	$(BIN)/ruff format .

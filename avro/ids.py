@@ -16,6 +16,8 @@ replayed and live events would no longer deduplicate against each other).
 - the judge's :func:`reward_id`, the trainer's :func:`adapter_published_id`;
 - :func:`human_reward_id`: a person's label of a rollout (the same label given twice is one event; a
   changed score is a new one);
+- ``replay train --judge``: :func:`rejudged_reward_id`, :func:`rejudged_sample_id` (replayed and restored
+  events keep their original ids; only re-scored ones get new ids);
 - :func:`dead_letter_id`: the record's place (catalog topic, partition, offset) only, so the same bad
   record gets the same dead letter whichever consumer finds it.
 
@@ -67,6 +69,17 @@ def rollout_event_id(kind: str, rollout: str, turn: int | None = None) -> str:
     if kind not in ROLLOUT_EVENT_KINDS:
         raise ValueError(f"unknown rollout event kind {kind!r}; known: {sorted(ROLLOUT_EVENT_KINDS)}")
     return derived_id(kind, rollout) if turn is None else derived_id(kind, rollout, turn)
+
+
+def rejudged_reward_id(rollout: str, judge: str, rubric_hash: str) -> str:
+    """A Reward re-emitted by ``replay train --judge``: one per rollout and judge (name + rubric), never equal to
+    the live :func:`reward_id`, so both scores of a rollout live side by side (judge disagreement)."""
+    return derived_id("rejudged-reward", rollout, judge, rubric_hash)
+
+
+def rejudged_sample_id(rollout: str, judge: str, rubric_hash: str) -> str:
+    """The TrainingSample of a rollout under a re-judged group (see :func:`rejudged_reward_id`)."""
+    return derived_id("rejudged-sample", rollout, judge, rubric_hash)
 
 
 def adapter_published_id(adapter: str, version: int) -> str:

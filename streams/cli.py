@@ -1,4 +1,4 @@
-"""Commands ``streamgrpo streams`` (run a Faust worker) and ``streamgrpo analyse`` (DuckDB over the archive).
+"""Command ``streamgrpo streams``: run a Faust worker (``streamgrpo analyse`` lives in ``streamgrpo.analysis.cli``).
 
 The worker is started programmatically (``faust.Worker(app).execute_from_commandline()``) on an app
 built by :func:`~streamgrpo.streams.app.create_app` from the layered settings; there is no
@@ -7,7 +7,6 @@ module-level app and no ``faust -A``. Several workers with the same app id share
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -68,48 +67,3 @@ def streams(ctx: click.Context, only: str | None, loglevel: str, **opts: Any) ->
     app = create_app(settings, kafka)
     worker = faust.Worker(app, loglevel=loglevel, override_logging=False, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
-
-
-@click.command()
-@click.argument("sql")
-@click.option("--archive-dir", type=click.Path(file_okay=False), default=None,
-              help="Archive root (default: streams.archive_dir).")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
-              help="Output format.")
-@click.pass_context
-def analyse(ctx: click.Context, sql: str, archive_dir: str | None, fmt: str) -> None:
-    """Run SQL over the Parquet archive with DuckDB. Each archived topic is a view named after it
-    (dashes become underscores: training_samples, reward_metrics...), de-duplicated by event_id.
-
-    \b
-    Example: streamgrpo analyse "SELECT adapter_version, avg(score) FROM rewards GROUP BY 1"
-    """
-    from streamgrpo.config import load
-    from streamgrpo.streams.archive import query
-    from streamgrpo.streams.config import StreamsSettings
-
-    settings = load(StreamsSettings, "streams", path=(ctx.obj or {}).get("config_path"),
-                    overrides={"archive_dir": archive_dir})
-    columns, rows = query(settings.archive_dir, sql)
-    _print(columns, rows, fmt)
-
-
-def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
-    if fmt == "json":
-        import json
-
-        for row in rows:
-            click.echo(json.dumps(dict(zip(columns, row, strict=True)), default=str))
-    elif fmt == "csv":
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(columns)
-        w.writerows(rows)
-    else:
-        cells: list[list[str]] = [list(columns)] + [[str(v) for v in r] for r in rows]
-        widths = [max(len(str(c[i])) for c in cells) for i in range(len(columns))]
-        for i, line in enumerate(cells):
-            click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)))
-            if i == 0:
-                click.echo("  ".join("-" * w for w in widths))

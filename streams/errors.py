@@ -13,5 +13,7 @@ class StreamsConfigError(StreamsError):
     """A streams setting is invalid (the message names the setting)."""
 
 
-class ArchiveError(StreamsError):
-    """The Parquet archive cannot be read or written (the message says which path and why)."""
+# The archive's error lives with the archive (streamgrpo.archive); re-exported for the archive agent.
+from streamgrpo.archive.errors import ArchiveError  # noqa: E402
+
+__all__ = ["ArchiveError", "StreamsConfigError", "StreamsError"]

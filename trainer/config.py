@@ -28,6 +28,7 @@ class TrainerConfig(StrictModel):
     adapter_name: str = shared("adapter_name")
     canary_share: float = shared("canary_share")
     run_name: str = Field("default", min_length=1, description="Training run name; the consumer group is trainer.<adapter_name>.<run_name>.")
+    sample_adapter_name: str | None = Field(None, min_length=1, description="Train on the samples of this adapter family (unset: adapter_name). `streamgrpo replay train` sets it to train a new lineage on another family's history.")
     base_model: str = Field("smollm2-135m-instruct", description="Base causal LM: the bundled alias 'smollm2-135m-instruct', a local directory or a HF hub id.")
     model_cache: Path = shared("model_cache")
     adapter_store: Path = shared("adapter_store")

@@ -28,9 +28,10 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -136,6 +137,19 @@ def announce_if_missing(producer: EventProducer, kafka: KafkaSettings, cfg: Trai
     producer.flush()
 
 
+class SampleSource(Protocol):
+    """What the loop reads samples from: the live group consumer (:class:`EventConsumer`), or a replay's
+    bounded, ordered range (:class:`streamgrpo.replay.train.RangeSource`)."""
+
+    async def poll(self, max_records: int = ..., timeout_ms: int = ...) -> list[Received]: ...
+
+    async def commit(self) -> None: ...
+
+    async def dead_letter(self, received: Received, reason_code: str, reason: str) -> None: ...
+
+    def assignment(self) -> Collection[object]: ...
+
+
 #: Drop reasons that mean the record itself is bad: it goes to dead-letters (the others are normal drops).
 DEAD_LETTER_REASONS = frozenset({"malformed", "empty", "too_long", "not_a_sample", "sampling_mismatch"})
 
@@ -150,16 +164,17 @@ def accept(received: Received, state: TrainerState, cfg: TrainerConfig) -> tuple
         return None, "not_a_sample"
     if state.seen.seen(sample.event_id):
         return None, "duplicate"
+    family = cfg.sample_adapter_name or cfg.adapter_name
     line = state.registry.line(cfg.adapter_name) if state.registry is not None else None
     ours = sample.adapter_name == cfg.adapter_name
     lineage_reason = drop_reason_for(sample, line, state.version, max_staleness=cfg.max_staleness) if ours else None
-    current = sample.behaviour_version if line is not None else state.version  # staleness checked along the lineage
-    reason = lineage_reason or drop_reason(sample, adapter_name=cfg.adapter_name, current_version=current,
+    current = sample.behaviour_version if line is not None and ours else state.version  # staleness along the lineage
+    reason = lineage_reason or drop_reason(sample, adapter_name=family, current_version=current,
                                            max_staleness=cfg.max_staleness, max_seq_len=cfg.max_seq_len)
     return (sample, None) if reason is None else (None, reason)
 
 
-async def collect(consumer: EventConsumer, state: TrainerState, cfg: TrainerConfig,
+async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfig,
                   heartbeat: Heartbeat | None = None) -> list[R.TrainingSample] | None:
     """Read until one optimizer step's worth of samples is admitted; ``None`` after ``idle_exit_s`` idle
     (time waiting for a partition assignment, e.g. while a killed predecessor's session expires, is not idle)."""
@@ -198,7 +213,8 @@ def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: Traine
 
 def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) -> R.AdapterPublished:
     """Store the adapter as the next version and announce it (flushed) -> the event."""
-    metrics = {**state.last_metrics, **{f"dropped_{k}": float(v) for k, v in state.dropped.items()}}
+    metrics = {**state.last_metrics, **{f"dropped_{k}": float(v) for k, v in state.dropped.items()},
+               "max_staleness": float(cfg.max_staleness)}  # the analysis tells trained from stale samples by it
     manifest = store.Manifest(
         adapter_name=cfg.adapter_name, version=max(state.version, state.published) + 1,
         parent_version=state.version or None,
@@ -228,7 +244,7 @@ def log_step(state: TrainerState, metrics: dict[str, float], seconds: float) -> 
              metrics["tokens"], metrics["tokens"] / max(seconds, 1e-9), gaps, drops)
 
 
-async def train(consumer: EventConsumer, producer: EventProducer, state: TrainerState, cfg: TrainerConfig,
+async def train(consumer: SampleSource, producer: EventProducer, state: TrainerState, cfg: TrainerConfig,
                 stop: asyncio.Event | None = None, heartbeat: Heartbeat | None = None) -> list[R.AdapterPublished]:
     """The loop of the module docstring until ``max_steps``, ``idle_exit_s`` or ``stop``."""
     alive = heartbeat or Heartbeat(None)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from support.streams import WorkerProcess, synthetic_group
 
+from streamgrpo.archive.store import parts
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.streams.archive import query
@@ -46,7 +47,7 @@ def test_all_agents_in_one_worker(kafka_ns: KafkaSettings, tmp_path: Path) -> No
         samples = wait(kafka_ns, "training-samples", 3)
         metrics = wait(kafka_ns, "reward-metrics", 1)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (archive / "training-samples").is_dir():
+        while time.monotonic() < deadline and not parts(archive / "training-samples"):
             time.sleep(0.5)
     finally:
         worker.stop()

@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 from support.streams import WorkerProcess, synthetic_group
 
+from streamgrpo.analysis.cli import analyse
+from streamgrpo.archive.store import parts
 from streamgrpo.config import KafkaSettings
-from streamgrpo.streams.cli import analyse
 from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
@@ -32,8 +33,7 @@ def test_metrics_and_archive(kafka_ns: KafkaSettings, tmp_path: Path) -> None:
         metrics: list = []
         while time.monotonic() < deadline:
             metrics = [r.event for r in read_topic(kafka_ns, "reward-metrics", timeout_s=10)]
-            if sum(m.count for m in metrics) >= 6 and (archive / "rewards").is_dir() and \
-                    len(list((archive / "planner-actions").glob("*.parquet"))) > 0:
+            if sum(m.count for m in metrics) >= 6 and parts(archive / "rewards") and parts(archive / "planner-actions"):
                 break
             time.sleep(0.5)
         time.sleep(2)  # let the archive roll the remaining buffers
