@@ -142,6 +142,7 @@ class LeanLlama:
     # -- adapters ---------------------------------------------------------------------------------
     def adapter_from_peft(self, peft_model: Any, name: str) -> LeanAdapter:
         """Extract adapter ``name`` from a peft model wrapping this model's modules (plain LoRA only)."""
+        _refuse_other_modules(peft_model, name)
         core = peft_model.get_base_model().model
         adapter = LeanAdapter()
         for block, layer in zip(core.layers, self.layers, strict=True):
@@ -307,6 +308,20 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 def _base_linear(module: Any) -> Any:
     """The plain ``nn.Linear`` under a peft LoRA wrapper (or the module itself)."""
     return getattr(module, "base_layer", module)
+
+
+def _refuse_other_modules(peft_model: Any, name: str) -> None:
+    """ValueError when adapter ``name`` changes anything but the decoder projections (LoRA on the embeddings or
+    the head, ``modules_to_save`` copies): the lean forward would silently serve it without that part."""
+    for path, module in peft_model.named_modules():
+        saved = getattr(module, "modules_to_save", None)
+        if isinstance(saved, torch.nn.ModuleDict) and name in saved:
+            raise ValueError(f"adapter {name}: a full copy of {path} (modules_to_save) is not supported by the lean engine")
+        lora_a = getattr(module, "lora_A", None)
+        has_lora = isinstance(lora_a, torch.nn.ModuleDict) and name in lora_a
+        has_lora = has_lora or name in (getattr(module, "lora_embedding_A", None) or {})
+        if has_lora and path.rsplit(".", 1)[-1] not in _PARENT:
+            raise ValueError(f"adapter {name}: LoRA on {path} is not supported by the lean engine")
 
 
 def _lora_part(module: Any, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:

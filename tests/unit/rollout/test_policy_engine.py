@@ -176,17 +176,25 @@ def test_prefix_store_is_per_key_lru_and_bounded_in_tokens() -> None:
 
 
 
-def test_an_adapter_the_lean_engine_cannot_run_is_served_by_the_eager_engine(tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra", [{"use_dora": True}, {"modules_to_save": ["lm_head"]},
+                                   {"target_modules": ["q_proj", "v_proj", "embed_tokens"]}],
+                         ids=["dora", "modules_to_save", "lora_on_embeddings"])
+def test_an_adapter_the_lean_engine_cannot_run_is_served_by_the_eager_engine(tmp_path: Path, extra: dict) -> None:
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(3)
-    dora = get_peft_model(build_tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                         use_dora=True, init_lora_weights=False))
+    config = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "init_lora_weights": False, **extra}
+    dora = get_peft_model(build_tiny_model(), LoraConfig(**config))
+    if "modules_to_save" in extra:  # a head copy that differs from the base, so serving without it shows
+        with torch.no_grad():
+            for name, p in dora.named_parameters():
+                if "modules_to_save" in name:
+                    p.add_(torch.randn_like(p))
     dora.save_pretrained(str(tmp_path / "dora"))
     policy = LocalPolicy.from_model(build_tiny_model(), build_tiny_tokenizer())
     try:
         policy.load_adapter("planner", 1, tmp_path / "dora")
-        assert policy._lean_adapters[("planner", 1)] is None  # DoRA: eager only
+        assert policy._lean_adapters[("planner", 1)] is None  # eager only
         prompt = policy.chat_prompt(MESSAGES[0])
         (gen,) = policy.generate([prompt], R.SamplingParams(temperature=0.8, max_new_tokens=10, seed=1),
                                  adapter_name="planner", adapter_version=1)
