@@ -54,7 +54,7 @@ class StreamsSettings(StrictModel):
     max_turns: int = shared("max_turns")
     temperature: float = Field(1.0, ge=0, le=5, description="Sampling temperature of rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling p of rollouts.")
-    max_new_tokens: int = Field(96, ge=1, le=8192, description="Token budget of one planner action.")
+    max_new_tokens: int = Field(64, ge=1, le=8192, description="Token budget of one planner action (actions average ~30 tokens; a degenerate reply stops here).")
     max_groups_in_flight: int = Field(
         4, ge=1, description="Admission bound: groups requested but not yet closed (seen on `groups`). Size it to "
         "what the rollout workers run at once (workers x concurrency); queued groups only wait on an old version. "

@@ -22,11 +22,12 @@ SYSTEM_TEMPLATE = """You plan the steps of a tool-using assistant. Reply with ON
 {schema}
 Tools:
 {tools}
+Use a tool to get what you need, then answer with the tool's result.
 Example:
 Question: What is 6 times 7?
-{{"tool": "calculator", "input": "6*7"}}
+Step 1: {{"tool": "calculator", "input": "6*7"}}
 Result: 42
-{{"answer": "42"}}"""
+Step 2: {{"answer": "42"}}"""
 
 USER_TEMPLATE = """Question: {question}
 {analysis}{history}Reply with the next JSON object."""
