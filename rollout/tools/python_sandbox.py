@@ -32,7 +32,6 @@ What is NOT covered: see :mod:`.jail` (kernel bugs in allowed syscalls, no cgrou
 from __future__ import annotations
 
 import ast
-
 import json
 import logging
 import os

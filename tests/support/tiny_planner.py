@@ -4,6 +4,7 @@ variance, so the trainer steps). For end-to-end runs of the whole loop on CPU in
 
 from __future__ import annotations
 
+import copy
 import random
 from pathlib import Path
 
@@ -46,7 +47,8 @@ def _build(path: Path) -> None:
         if isinstance(event, R.PlannerAction) and event.envelope.turn == 1:
             prompts[str(event.envelope.task_id)] = list(event.prompt_token_ids)
 
-    ctx = build_context(RolloutConfig(), LocalPolicy.from_model(model, tok))
+    # a copy: the fast engine adopts the weights it serves (fused views), and this model is trained and saved
+    ctx = build_context(RolloutConfig(), LocalPolicy.from_model(copy.deepcopy(model), tok))
     sampling = R.SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=4)
     requests = [[R.RolloutRequest(R.Envelope.new("t", task_id=f"q{i}", group_id=f"g{i}", rollout_id=f"r{i}"), q,
                                   "math", 0, 1, "planner", 0, 1, sampling)] for i, (q, _) in enumerate(QUESTIONS)]

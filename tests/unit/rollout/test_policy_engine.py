@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
 from streamgrpo.rollout.loop import LoopContext, run_group
@@ -15,7 +16,6 @@ from streamgrpo.rollout.policy.engine import EngineRequest, FastEngine
 from streamgrpo.rollout.policy.kvcache import CachedPrefix, PrefixStore, RowCache
 from streamgrpo.rollout.policy.lean import LeanLlama
 from streamgrpo.rollout.policy.local import LocalPolicy
-from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 from streamgrpo.rollout.tools.calculator import Calculator
 
 from .test_policy_local import MESSAGES, fresh_logprobs, save_lora

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from support.samples import make_samples
 
 from streamgrpo.trainer import precision as P
 from streamgrpo.trainer.batching import build_batch, micro_batches
@@ -14,7 +15,6 @@ from streamgrpo.trainer.errors import ModelConfigError
 from streamgrpo.trainer.losses import LossConfig, build_loss
 from streamgrpo.trainer.model import ModelSpec, attach_lora, load_policy, tiny_model, token_logprobs
 from streamgrpo.trainer.step import StepConfig, accumulate_gradients, build_optimizer, optimizer_step
-from support.samples import make_samples
 
 CPU = torch.device("cpu")
 #: bf16 vs fp32 on the same weights and batch (tiny model): |loss difference| and gradient cosine.
