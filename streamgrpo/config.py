@@ -103,9 +103,12 @@ class LoopSettings(StrictModel):
     max_turns: int = Field(4, ge=1, le=32, description="Planner turn budget of a rollout, written into every "
                            "RolloutRequest (and used by `ask`); a worker honours each request's own budget.")
     canary_share: float = Field(
-        0.5, ge=0, le=1, description="Share of groups served by the canary: the newest published adapter version "
+        0.0, ge=0, le=1, description="Share of groups served by the canary: the newest published adapter version "
         "above the primary (the training line under A/B test against the primary, which serves the rest). A new "
-        "version serves this share at once. 0: no A/B test, every published adapter becomes primary at once. The "
+        "version serves this share at once. 0 (default): no A/B test, every published adapter becomes primary at "
+        "once, so every rollout trains the current line (with 0.5, the primary's half of the rollouts falls more "
+        "than max_staleness versions behind a trainer that publishes every step and is dropped as stale; the "
+        "production overlay turns the test on). The "
         "fan-out chooses versions with it, the A/B controller tests and decides, every follower of adapter-events "
         "derives the primary and canary with it.")
     home: Path = Field(default_factory=default_home, description="State directory (env STREAMGRPO_HOME): the "
