@@ -1,11 +1,13 @@
-"""Learning on the built-in tasks: one `streamgrpo run` on this machine, then its reward curve.
+"""Learning on the built-in tasks: `streamgrpo run` with the product's defaults, judged on the held-out split.
 
-    python bench/bench_learning.py [DURATION_S]      # default 1260 s (21 min)
+    python bench/bench_learning.py [DURATION_S] [--runs N]     # default 1800 s (30 min), 1 run
 
-Runs the real loop (embedded broker, streams, judge, one rollout worker, trainer) with the
-settings below, then prints one JSON line: per-adapter-version reward, adapters published, the
-run's report directory and plot. Reward is REPORTED here, never asserted (see the e2e test for
-what is asserted about the loop).
+Each run is the real loop (embedded broker, streams, judge, one rollout worker, trainer, evaluator) with
+every setting at its default, for DURATION_S; then `run`'s final evaluation scores the base model and the
+last adapter on the FULL held-out split (`builtin:heldout`, greedy, correctness only, never trained on).
+Prints one JSON line: per run the two held-out accuracies with their 95 % intervals, the paired difference,
+the loop-closure figures (publication -> first rollout, stale share) and the training-reward table; and the
+mean over runs. Accuracy is REPORTED here, never asserted.
 """
 
 from __future__ import annotations
@@ -15,48 +17,58 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-SETTINGS = """[loop]
-max_turns = 2
-samples_per_step = 8
-
-[streams]
-max_new_tokens = 40
-
-[trainer]
-lr = 1e-4
-micro_batch_tokens = 2048
-"""
+from statistics import mean
 
 
-def main(duration_s: int = 1260) -> dict[str, object]:
-    work = Path(tempfile.mkdtemp(prefix="streamgrpo-learning-"))
-    cfg = work / "settings.toml"
-    cfg.write_text(SETTINGS)
+def one_run(duration_s: int, index: int) -> dict[str, object]:
+    work = Path(tempfile.mkdtemp(prefix=f"streamgrpo-learning-{index}-"))
     home = work / "home"
-    subprocess.run([sys.executable, "-m", "streamgrpo.cli", "--config", str(cfg), "run", "--duration", str(duration_s),
-                    "--group-size", "4", "--home", str(home)], check=True, stdout=subprocess.DEVNULL)
-    report = next(home.glob("runs/*/report"))
-    return summarise(report, duration_s)
+    subprocess.run([sys.executable, "-m", "streamgrpo.cli", "run", "--duration", str(duration_s), "--home", str(home)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return summarise(next(home.glob("runs/*/report")))
 
 
-def summarise(report: Path, duration_s: int) -> dict[str, object]:
+def summarise(report: Path) -> dict[str, object]:
     summary = json.loads((report / "summary.json").read_text())
-    rows = ["| adapter version | rewards | mean reward | success rate |", "|---|---|---|---|"]
+    final = {e["version"]: e for e in summary["evaluations"] if e["trigger"] == "run-final"}
+    base = final.get(0)
+    last = final.get(max(final)) if final and max(final) > 0 else None
+    rows = ["| adapter version | rewards | mean training reward | success rate |", "|---|---|---|---|"]
     for v, s in sorted(summary["per_version"].items(), key=lambda kv: int(kv[0])):
         rows.append(f"| v{v} | {s['count']} | {s['mean_reward']:.3f} | {s['success_rate']:.3f} |")
+    loop = summary["loop"]
     return {
-        "bench": "learning", "duration_s": duration_s, "group_size": 4, "settings": SETTINGS.replace("\n", " "),
-        "tasks_submitted": summary["tasks"], "rollouts": summary["rollouts"], "groups": summary["groups"],
-        "groups_training": summary["groups_training"], "training_samples": summary["training_samples"],
-        "adapters_published": summary["adapters_published"], "serving_version": summary["serving_version"],
-        "trainer_steps": summary["adapters"][-1]["step"] if summary["adapters"] else 0,
-        "report": str(report), "table": "\n".join(rows),
+        "heldout_base": base and {k: round(base[k], 3) for k in ("accuracy", "ci_low", "ci_high")},
+        "heldout_last": last and {"version": last["version"], **{k: round(last[k], 3)
+                                                               for k in ("accuracy", "ci_low", "ci_high")}},
+        "heldout_gain": round(last["accuracy"] - base["accuracy"], 3) if base and last else None,
+        "heldout_tasks": base["tasks"] if base else None,
+        "rollouts": summary["rollouts"], "adapters_published": summary["adapters_published"],
+        "publish_to_first_rollout_s": loop["publish_to_first_rollout_s"],
+        "trainer_steps_to_first_rollout_max": loop["trainer_steps_to_first_rollout"]["max"],
+        "stale_share": round(loop["stale_share"], 3), "never_served": loop["never_served"],
+        "report": str(report), "reward_table": "\n".join(rows),
+    }
+
+
+def main(duration_s: int = 1800, runs: int = 1) -> dict[str, object]:
+    results = [one_run(duration_s, i) for i in range(runs)]
+    gains = [r["heldout_gain"] for r in results if r["heldout_gain"] is not None]
+    return {
+        "bench": "learning", "duration_s": duration_s, "runs": runs, "settings": "every setting at its default",
+        "mean_heldout_base": round(mean(r["heldout_base"]["accuracy"] for r in results if r["heldout_base"]), 3)
+        if any(r["heldout_base"] for r in results) else None,
+        "mean_heldout_gain": round(mean(gains), 3) if gains else None,
+        "per_run": [{k: v for k, v in r.items() if k != "reward_table"} for r in results],
+        "table": results[-1]["reward_table"],
     }
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--summarise":  # an existing run's report directory
-        print(json.dumps(summarise(Path(sys.argv[2]), int(sys.argv[3]))))
-    else:
-        print(json.dumps(main(int(sys.argv[1]) if len(sys.argv) > 1 else 1260)))
+    args = sys.argv[1:]
+    if args and args[0] == "--summarise":  # an existing run's report directory
+        print(json.dumps(summarise(Path(args[1]))))
+        sys.exit(0)
+    n = int(args[args.index("--runs") + 1]) if "--runs" in args else 1
+    positional = [a for i, a in enumerate(args) if a != "--runs" and (i == 0 or args[i - 1] != "--runs")]
+    print(json.dumps(main(int(positional[0]) if positional else 1800, n)))

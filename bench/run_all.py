@@ -36,7 +36,7 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "ab": (["bench_ab.py", "--runs", "1000"], "A/B test of adapter versions: error rates and groups to a decision "
            "(simulation of the decision core)"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
-    "learning": (["bench_learning.py", "1260"], "Learning on the built-in tasks: one `streamgrpo run` on the CPU"),
+    "learning": (["bench_learning.py", "1800"], "Learning on the built-in tasks: `streamgrpo run` (defaults, 30 min), held-out accuracy before/after"),
     "vllm": (["bench_vllm.py", "--group-size", "8", "--max-new-tokens", "64", "--rounds", "3"],
              "Planner generation on a local vLLM server vs the local policy (SmolLM2-135M, N=8, CPU)"),
 }
