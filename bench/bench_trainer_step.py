@@ -1,124 +1,275 @@
-"""Trainer step on SmolLM2-135M (CPU): log-probs of the action tokens only vs full (B, T, V) logits.
+"""Trainer step on REALISTIC samples (SmolLM2-135M, CPU): today's defaults vs the fp32 path before.
 
-Each mode runs in its own process (so peak RSS is per mode) on the same synthetic optimizer batch:
-``--samples`` TrainingSamples of one or two planner turns with ``--prompt-tokens`` prompt tokens and
-``--action-tokens`` action tokens each (the shape of real planner samples: long agent prompts,
-short JSON actions), GRPO loss with the KL term on (so the reference pass runs too), micro-batches
-of ``--micro-batch-tokens``. The baseline is the same step with the output head run on every
-position (the path taken before, and still taken by models with logit soft-capping).
+Samples come from the real pipeline, in-process (no Kafka): built-in training tasks -> ``fan_out``
+(group size ``--group-size``, T=1.0, top_p=1.0, ``--max-new-tokens``, ``--max-turns``) ->
+``rollout.loop.run_group`` on a :class:`~streamgrpo.rollout.policy.local.LocalPolicy` in
+``--policy-dtype`` (the planner's real prompts, SAMPLED actions and their true behaviour logprobs)
+-> the judge (``judge.decide.decide_reward``) -> the advantage window (GRPO) ->
+``streams.samples.build_sample`` (every planner turn, the trajectory's advantage, its sampling
+parameters). Groups whose rewards are all equal train nothing and are skipped, as in the system,
+until ``--samples`` samples are collected (one optimizer step's worth, ``samples_per_step``).
+
+Each mode then runs in its own process (so peak RSS is per mode) on the same samples, from a fresh
+LoRA adapter: ``--steps`` optimizer steps on them (lr 5e-5, grad clip 1.0, micro-batches of 4096
+tokens). Step 1 is on-policy for the adapter (behaviour version 0 = the base model), so its loss,
+clip fraction, gradient norm and the sampler/trainer log-prob mismatch describe a real step.
 
     python bench/bench_trainer_step.py --steps 3
 
-What is covered: forward + backward + optimizer of one trainer step, time and peak RSS. What is
-not: Kafka, adapter publishing, GPU.
+Modes (:data:`MODES`): ``fp32_before`` is the path before (fp32, every row computed alone, padded
+micro-batches, ratio against the behaviour logprobs); ``bf16`` and ``bf16_shared_prefix`` add one
+change each with the same estimator (so their losses compare with fp32's); ``defaults`` is
+TrainerConfig's defaults (precision auto, shared prefix, truncated importance sampling).
+Trainer tokens/s = (prompt + action) tokens of the trained rows / seconds per step (median).
+
+What is covered: forward + backward + optimizer of one step, time, peak RSS, loss. What is not: Kafka,
+adapter publishing, GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
-MODES = ("action_only", "full_logits")
+#: mode -> trainer settings (each mode in its own process)
+MODES: dict[str, dict[str, Any]] = {
+    "fp32_before": {"precision": "fp32", "share_prefix": False, "correction": "behaviour"},
+    "bf16": {"precision": "bf16", "share_prefix": False, "correction": "behaviour"},
+    "bf16_shared_prefix": {"precision": "bf16", "share_prefix": True, "correction": "behaviour"},
+    "defaults": {},
+}
+BASELINE = "fp32_before"
 
 
-def samples(tokenizer_len: int, n: int, prompt_tokens: int, action_tokens: int, seed: int) -> list:
+def generate(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Roll out groups of built-in tasks until ``args.samples`` TrainingSamples exist; write them (Avro, base64 lines)."""
     import torch
 
-    from streamgrpo.avro import ids
     from streamgrpo.avro import records as R
+    from streamgrpo.judge.config import JudgeSettings
+    from streamgrpo.judge.service import Router
+    from streamgrpo.rollout.config import RolloutConfig
+    from streamgrpo.rollout.runtime import build_context, build_policy
+    from streamgrpo.tasks.builtin import builtin_tasks
 
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        turns = []
-        for t in range(1 + i % 2):
-            prompt = torch.randint(10, tokenizer_len, (prompt_tokens + 16 * t,), generator=g).tolist()
-            action = torch.randint(10, tokenizer_len, (action_tokens,), generator=g).tolist()
-            logps = (-torch.rand(action_tokens, generator=g) * 3).tolist()
-            turns.append(R.SampleTurn(turn=t, prompt_token_ids=prompt, action_token_ids=action, behaviour_logprobs=logps))
-        out.append(R.TrainingSample(
-            envelope=R.Envelope.new("bench", event_id=ids.derived_id("bench", seed, i), task_id=f"t{i // 4}",
-                                    group_id=f"g{i // 4}", rollout_id=f"r{i}"),
-            turns=turns, advantage=float(i % 3) - 1.0, reward=float(i % 3), group_mean=1.0, group_std=1.0,
-            group_size=4, estimator="grpo", adapter_name="planner", behaviour_version=0))
-    return out
+    torch.set_num_threads(args.threads)
+    cfg = RolloutConfig(model=args.model, dtype=args.policy_dtype, max_turns=args.max_turns, follow_adapters=False,
+                        tools={"enabled": ["calculator", "python", "knowledge_search"]})
+    policy = build_policy(cfg)
+    ctx, router = build_context(cfg, policy), Router(JudgeSettings())
+    tasks = builtin_tasks()
+    samples: list[Any] = []
+    groups, skipped, start = 0, 0, time.perf_counter()
+    sampling = R.SamplingParams(1.0, 1.0, args.max_new_tokens, seed=args.seed)
+    while len(samples) < args.samples and groups < 4 * args.samples:
+        task = tasks[(groups * 37) % len(tasks)]
+        got = _group_samples(task, args, sampling, ctx, router)
+        groups += 1
+        skipped += not got
+        samples.extend(got[: args.samples - len(samples)])
+    write_samples(out, samples)
+    rows = [t for s in samples for t in s.turns]
+    return {
+        "policy_dtype": args.policy_dtype, "groups": groups, "zero_variance_groups_skipped": skipped,
+        "generation_s": round(time.perf_counter() - start, 1), "samples": len(samples), "rows": len(rows),
+        "prompt_tokens_per_row": round(statistics.mean(len(t.prompt_token_ids) for t in rows), 1),
+        "action_tokens_per_row": round(statistics.mean(len(t.action_token_ids) for t in rows), 1),
+        "advantages": [round(s.advantage, 3) for s in samples],
+    }
 
 
-def run_mode(args: argparse.Namespace) -> dict[str, object]:
+def write_samples(path: Path, samples: list[Any]) -> None:
+    """One TrainingSample per line: its Avro single-object encoding, base64."""
+    from streamgrpo.avro.codec import Codec
+
+    codec = Codec()
+    path.write_text("".join(base64.b64encode(codec.encode(s)).decode() + "\n" for s in samples))
+
+
+def read_samples(path: Path) -> list[Any]:
+    from streamgrpo.avro import records as R
+    from streamgrpo.avro.codec import Codec
+
+    codec = Codec()
+    return [codec.decode(base64.b64decode(line), R.TrainingSample) for line in path.read_text().splitlines()]
+
+
+def _group_samples(row: Any, args: argparse.Namespace, sampling: Any, ctx: Any, router: Any) -> list[Any]:
+    """One group of ``row`` through rollout -> judge -> window -> samples (none for a zero-variance group)."""
+    from streamgrpo.avro import records as R
+    from streamgrpo.judge.decide import Reject, decide_reward
+    from streamgrpo.rollout.loop import run_group
+    from streamgrpo.streams import samples as S
+    from streamgrpo.streams import window_core as W
+    from streamgrpo.streams.advantages import build_estimator
+    from streamgrpo.streams.fanout import FanoutPolicy, fan_out
+
+    task = R.Task(envelope=R.Envelope.new("bench", task_id=R.derived_id("task", row.metadata.get("row_id", row.question))),
+                  question=row.question, source=row.source, group_size=args.group_size,
+                  ground_truths=list(row.ground_truths), metadata=dict(row.metadata))
+    events: list[Any] = []
+    run_group(fan_out(task, 0, FanoutPolicy("planner", args.max_turns, sampling, 1 << 30, 1 << 30, 0)),
+              ctx, events.append)
+    turns: dict[str, list[Any]] = {}
+    state: Any = None
+    for ev in events:
+        if isinstance(ev, R.PlannerAction):
+            turns.setdefault(str(ev.envelope.rollout_id), []).append(S.StoredTurn.from_action(ev))
+        elif isinstance(ev, R.RolloutCompleted):
+            state = state or W.new_state(str(ev.envelope.group_id), task.envelope.task_id, args.group_size, 0.0, 0)
+            state = W.add_completed(state, ev)
+            out = decide_reward(task, ev, router.scorer_for(task.source))
+            state, _ = W.add_reward(state, out.reward if isinstance(out, Reject) else out)
+    if state is None:
+        return []
+    state, _ = W.maybe_close(state, W.WindowPolicy("grpo", build_estimator("grpo"), 1e9, "drop", 2), 0.0)
+    have = {(r, t.turn) for r, ts in turns.items() for t in ts}
+    return [S.build_sample(state, r, turns[r]) for r in S.ready_rollouts(state, lambda r, t: (r, t) in have)]
+
+
+def run_mode(args: argparse.Namespace) -> dict[str, Any]:
+    """``args.steps`` optimizer steps of mode ``args.mode`` on the samples in ``args.samples_file``."""
     import torch
 
-    import streamgrpo.trainer.model as M
     from streamgrpo.trainer.batching import build_batch, micro_batches
-    from streamgrpo.trainer.losses import LossConfig, build_loss
-    from streamgrpo.trainer.schedules import build_scheduler
+    from streamgrpo.trainer.config import TrainerConfig
+    from streamgrpo.trainer.losses import build_loss
+    from streamgrpo.trainer.model import load_policy
+    from streamgrpo.trainer.precision import compute_dtype
     from streamgrpo.trainer.step import StepConfig, build_optimizer, optimizer_step
 
     torch.set_num_threads(args.threads)
-    if args.mode == "full_logits":
-        M._decoder_and_head = lambda model: None  # the baseline: output head over every position
-    model = M.load_policy(M.ModelSpec(base_model=args.model, device="cpu"))
-    tokenizer_len = model.get_base_model().config.vocab_size
-    batch = build_batch(samples(tokenizer_len, args.samples, args.prompt_tokens, args.action_tokens, 0),
-                        max_seq_len=2048, normalisation="rollout_mean", max_tokens=512)
-    micro = micro_batches(batch, args.micro_batch_tokens)
-    optimizer = build_optimizer(model, 1e-5)
-    scheduler = build_scheduler(optimizer, "constant", warmup_steps=0, total_steps=args.steps + 1, min_ratio=0.1)
-    cfg = StepConfig(loss=build_loss("grpo"), loss_config=LossConfig(kl_coef=0.04), temperature=1.0)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    times, losses = [], []
+    torch.manual_seed(0)
+    cfg = TrainerConfig(base_model=args.model, device="cpu", **MODES[args.mode])
+    samples = read_samples(Path(args.samples_file))
+    model = load_policy(cfg.model_spec())
+    pad = int(model.get_base_model().config.pad_token_id or 0)
+    batch = build_batch(samples, max_seq_len=cfg.max_seq_len, normalisation=cfg.normalisation,
+                        max_tokens=cfg.max_tokens, pad_id=pad, temperature=cfg.temperature)
+    micro = micro_batches(batch, cfg.micro_batch_tokens, cfg.share_prefix)
+    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay)
+    step_cfg = StepConfig(loss=build_loss(cfg.loss), loss_config=cfg.loss_config(), max_grad_norm=cfg.max_grad_norm,
+                          share_prefix=cfg.share_prefix)
+    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    times, metrics = [], []
     for _ in range(args.steps):
         start = time.perf_counter()
-        metrics = optimizer_step(model, optimizer, scheduler, micro, cfg)
+        metrics.append(optimizer_step(model, optimizer, None, micro, step_cfg))
         times.append(time.perf_counter() - start)
-        losses.append(round(metrics["loss"], 6))
+    row_tokens = int(batch.attention_mask.sum())
+    first = metrics[0]
     return {
-        "mode": args.mode, "s_per_step": round(sum(times) / len(times), 2), "step_s": [round(t, 2) for t in times],
-        "rows": int(batch.input_ids.shape[0]), "padded_tokens": batch.padded_tokens,
-        "action_tokens": int(batch.action_mask.sum()), "micro_batches": len(micro),
-        "peak_rss_mb_after_load": round(rss_before), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "loss_per_step": losses,
+        "mode": args.mode, "settings": MODES[args.mode] or "TrainerConfig defaults",
+        "compute_dtype": str(compute_dtype(model)).removeprefix("torch."),
+        "s_per_step": round(statistics.median(times), 2), "step_s": [round(t, 2) for t in times],
+        "trainer_tokens_per_s": round(row_tokens / statistics.median(times), 1),
+        "rows": int(batch.input_ids.shape[0]), "row_tokens": row_tokens, "action_tokens": int(batch.action_mask.sum()),
+        "padded_tokens": sum(m.padded_tokens for m in micro), "micro_batches": len(micro),
+        "computed_tokens": sum(_computed_tokens(m) for m in micro) if cfg.share_prefix else
+        sum(m.padded_tokens for m in micro),
+        "peak_rss_mb_after_load": round(rss_loaded),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "step1": {k: round(v, 6) for k, v in first.items() if not k.startswith("lr")},
+        "loss_per_step": [round(m["loss"], 6) for m in metrics],
     }
+
+
+def _computed_tokens(mb: Any) -> int:
+    """Tokens the shared-prefix forward runs for micro-batch ``mb`` (its prefix tree; leaf padding excluded)."""
+    from streamgrpo.trainer import prefix
+
+    lengths = [int(n) for n in mb.attention_mask.sum(dim=1).tolist()]
+    needed = mb.action_mask[:, 1:]
+    limits = [int(needed[i].nonzero()[0]) for i in range(len(lengths))]
+    seqs = [mb.input_ids[i, :n].tolist() for i, n in enumerate(lengths)]
+    return prefix.plan(seqs, limits).computed_tokens(lengths)
+
+
+def _spawn(args: list[str]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{args} failed:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    base = results[BASELINE]
+    cols = list(results)
+    rows = [
+        ("s per step (median)", lambda r: r["s_per_step"]),
+        ("trainer tokens/s", lambda r: r["trainer_tokens_per_s"]),
+        ("speed-up vs fp32_before", lambda r: round(base["s_per_step"] / r["s_per_step"], 2)),
+        ("compute dtype", lambda r: r["compute_dtype"]),
+        ("tokens run through the model / in the rows", lambda r: f"{r['computed_tokens']} / {r['row_tokens']}"),
+        ("micro-batches", lambda r: r["micro_batches"]),
+        ("peak RSS MB", lambda r: r["peak_rss_mb"]),
+        ("step-1 loss", lambda r: r["step1"]["loss"]),
+        ("step-1 loss - fp32_before", lambda r: f"{r['step1']['loss'] - base['step1']['loss']:+.2e}"),
+        ("step-1 clip fraction", lambda r: r["step1"]["clip_frac"]),
+        ("step-1 grad norm", lambda r: r["step1"]["grad_norm"]),
+        ("step-1 mean / max abs(logp - behaviour)",
+         lambda r: f"{r['step1']['abs_log_ratio_v0']:.4f} / {r['step1']['max_abs_log_ratio_v0']:.4f}"),
+        ("step-1 TIS weight mean / truncated", lambda r: f"{r['step1']['is_weight_mean']:.4f} / "
+                                                         f"{r['step1']['tis_truncated_frac']:.4f}"),
+    ]
+    lines = ["| | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines += [f"| {name} | " + " | ".join(str(get(results[c])) for c in cols) + " |" for name, get in rows]
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--samples", type=int, default=8, help="TrainingSamples per optimizer step")
-    ap.add_argument("--prompt-tokens", type=int, default=480)
-    ap.add_argument("--action-tokens", type=int, default=32)
-    ap.add_argument("--micro-batch-tokens", type=int, default=4096)
+    ap.add_argument("--samples", type=int, default=8, help="TrainingSamples per optimizer step (samples_per_step)")
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--policy-dtype", choices=["float32", "bfloat16"], default="bfloat16",
+                    help="dtype of the rollout policy that samples (its logprobs are the behaviour logprobs)")
+    ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--mode", choices=MODES, default=None, help="run one mode in this process (internal)")
+    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    ap.add_argument("--samples-file", default=None, help="reuse samples written by an earlier run (Avro, base64 lines)")
+    ap.add_argument("--mode", choices=list(MODES), default=None, help="run one mode in this process (internal)")
+    ap.add_argument("--generate-only", default=None, help="write the samples to this file and stop (internal)")
     args = ap.parse_args()
+    if args.generate_only:
+        print(json.dumps(generate(args, Path(args.generate_only))))
+        return
     if args.mode is not None:
         print(json.dumps(run_mode(args)))
         return
-    results = {}
-    for mode in MODES:
-        print(f"[bench_trainer_step] {mode} ...", file=sys.stderr, flush=True)
-        cmd = [sys.executable, __file__, *sys.argv[1:], "--mode", mode]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise SystemExit(f"{mode} failed:\n{proc.stderr[-3000:]}")
-        results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
-    fast, full = results["action_only"], results["full_logits"]
-    keys = ["s_per_step", "peak_rss_mb", "peak_rss_mb_after_load", "padded_tokens", "action_tokens", "micro_batches",
-            "loss_per_step"]
-    table = ["| metric | action_only | full_logits |", "|---|---|---|"]
-    table += [f"| {k} | {fast[k]} | {full[k]} |" for k in keys]
+    own = ["--model", args.model, "--steps", str(args.steps), "--threads", str(args.threads)]
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
+        path = args.samples_file or str(Path(tmp) / "samples.jsonl")
+        data: dict[str, Any] = {"samples_file": args.samples_file} if args.samples_file else {}
+        if not args.samples_file:
+            print("[bench_trainer_step] generating samples ...", file=sys.stderr, flush=True)
+            data = _spawn([a for a in sys.argv[1:] if a != "--samples-file"] + ["--generate-only", path])
+        results = {}
+        for mode in dict.fromkeys([BASELINE, *args.modes]):
+            print(f"[bench_trainer_step] {mode} ...", file=sys.stderr, flush=True)
+            results[mode] = _spawn([*own, "--samples-file", path, "--mode", mode])
+    best = max((m for m in results if m != BASELINE), key=lambda m: results[BASELINE]["s_per_step"]
+               / results[m]["s_per_step"], default=BASELINE)
     print(json.dumps({
         "bench": "trainer_step", "host": platform.node(), "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
-        "model": args.model, "steps": args.steps, "samples": args.samples, "prompt_tokens": args.prompt_tokens,
-        "action_tokens_per_turn": args.action_tokens, "micro_batch_tokens": args.micro_batch_tokens,
-        "threads": args.threads, "speedup": round(full["s_per_step"] / fast["s_per_step"], 2),
-        "table": "\n".join(table),
+        "model": args.model, "steps": args.steps, "threads": args.threads, "data": data,
+        "speedup_defaults_vs_fp32_before": round(results[BASELINE]["s_per_step"] / results["defaults"]["s_per_step"], 2)
+        if "defaults" in results else None,
+        "fastest": best, "modes": results, "table": table(results),
     }, indent=2))
 
 
