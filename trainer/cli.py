@@ -50,7 +50,8 @@ def _config_options(func: Any) -> Any:
 @click.command("trainer", context_settings={"max_content_width": 110},
                epilog="Every option can also be set in the [trainer] table of the --config TOML file or as "
                       "STREAMGRPO_TRAINER__<OPTION> (e.g. STREAMGRPO_TRAINER__LR=1e-4). adapter_name, "
-                      "samples_per_step, max_staleness, adapter_store and model_cache are shared with the other "
+                      "samples_per_step, max_staleness, canary_share, adapter_store and model_cache are shared "
+                      "with the other "
                       "services: set them in [loop] / STREAMGRPO_LOOP__<FIELD> (STREAMGRPO_HOME places the "
                       "default paths). Kafka settings come from [kafka] / STREAMGRPO_KAFKA__<FIELD>.")
 @click.option("--bootstrap", default=None, help="Kafka bootstrap servers (overrides [kafka] bootstrap).")
