@@ -9,7 +9,8 @@ raw scrapes as JSON next to it). It is a plot of the same series, not a Grafana 
 
 Usage::
 
-    python k8s/plot_live_metrics.py --duration 420 --out docs/live_metrics.png [-- <streamgrpo run options>]
+    python k8s/plot_live_metrics.py --duration 480 --out docs/live_metrics.png [-- <streamgrpo run options>]
+    python k8s/plot_live_metrics.py --replot docs/live_metrics.json --out docs/live_metrics.png --what "..."
 
 Settings come from ``$STREAMGRPO_CONFIG`` like every service's (the endpoints are read on 127.0.0.1
 at each service's ``metrics_port``). What is not covered: several workers of one service (only the
@@ -123,13 +124,23 @@ def plot(snaps: list[dict[str, Any]], out: Path, title: str) -> None:
     fig.savefig(out, dpi=100)
 
 
+def _title(what: str, interval: float) -> str:
+    return (f"{what}: the dashboard's series, scraped from each service's /metrics every {interval:g} s "
+            "(a matplotlib plot, not Grafana)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=420.0, help="Seconds the run lasts (streamgrpo run --duration).")
     p.add_argument("--interval", type=float, default=10.0, help="Seconds between scrapes.")
     p.add_argument("--out", type=Path, default=Path("docs/live_metrics.png"))
+    p.add_argument("--replot", type=Path, default=None, help="Plot the scrapes of an earlier run (its JSON); run nothing.")
+    p.add_argument("--what", default="streamgrpo run", help="What ran, for the title.")
     p.add_argument("run_args", nargs="*", help="Extra `streamgrpo run` options (after --).")
     args = p.parse_args(argv)
+    if args.replot is not None:
+        plot(json.loads(args.replot.read_text()), args.out, _title(args.what, args.interval))
+        return 0
     from streamgrpo.cli.status import service_ports
 
     ports = service_ports(os.environ.get("STREAMGRPO_CONFIG") or None)
@@ -149,9 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             proc.terminate()
             proc.wait(timeout=120)
     args.out.with_suffix(".json").write_text(json.dumps(snaps))
-    plot(snaps, args.out, f"streamgrpo run ({' '.join(args.run_args) or 'defaults'}): the dashboard's series, "
-                          "scraped from each service's /metrics every "
-                          f"{args.interval:g} s (a matplotlib plot, not Grafana)")
+    plot(snaps, args.out, _title(args.what, args.interval))
     print(f"{len(snaps)} scrapes -> {args.out}")
     return 0 if snaps else 1
 
