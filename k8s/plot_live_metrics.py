@@ -38,7 +38,7 @@ PANELS: list[tuple[str, list[tuple[str, str, str, str, dict[str, str]]]]] = [
         ("rewards", "judge", "streamgrpo_judge_rewards_total", "rate", {}),
         ("training samples", "streams", "streamgrpo_training_samples_total", "rate", {}),
     ]),
-    ("Planner tokens per second", [
+    ("Tokens per second", [
         ("planner tokens/s", "rollout", "streamgrpo_planner_tokens_total", "rate", {}),
         ("trainer tokens/s", "trainer", "streamgrpo_trainer_tokens_total", "rate", {}),
     ]),
@@ -61,14 +61,20 @@ PANELS: list[tuple[str, list[tuple[str, str, str, str, dict[str, str]]]]] = [
 ]
 
 
+#: The series the panels read (only these are kept in the saved scrapes).
+WANTED = {f"{name}{suffix}" for _, lines in PANELS for _, _, name, kind, _ in lines
+          for suffix in (("_sum", "_count") if kind == "ratio" else ("",))}
+
+
 def scrape(targets: dict[str, str]) -> dict[str, Any]:
-    """One scrape of every endpoint: {service: {series: [[labels, value], ...]}} (empty when down)."""
+    """One scrape of every endpoint: {service: {series: [[labels, value], ...]}} for the :data:`WANTED` series
+    (empty when the endpoint is down)."""
     out: dict[str, Any] = {"t": time.time()}
     for service, target in targets.items():
         reading = M.read_endpoint(target, timeout_s=2.0)
         out[service] = {} if not reading.up else {
             name: [[dict(lbl), v] for (n, lbl), v in reading.samples.items() if n == name]
-            for name in {n for n, _ in reading.samples}}
+            for name in {n for n, _ in reading.samples} & WANTED}
     return out
 
 
@@ -93,13 +99,21 @@ def series(snaps: list[dict[str, Any]], service: str, name: str, kind: str,
             a, b = _value(prev, service, name, labels), _value(cur, service, name, labels)
             y = None if a is None or b is None else max(0.0, b - a) / dt
         else:
-            s = [_value(x, service, f"{name}_sum", labels) for x in (prev, cur)]
-            c = [_value(x, service, f"{name}_count", labels) for x in (prev, cur)]
-            y = None if None in s or None in c or c[1] == c[0] else (s[1] - s[0]) / (c[1] - c[0])  # type: ignore[operator]
+            y = _interval_mean(prev, cur, service, name, labels)
         if y is not None:
             xs.append((cur["t"] - t0) / 60)
             ys.append(y)
     return xs, ys
+
+
+def _interval_mean(prev: dict[str, Any], cur: dict[str, Any], service: str, name: str,
+                   labels: dict[str, str]) -> float | None:
+    """Mean of a histogram's observations between two scrapes (NaN, a gap in the line, when there were none)."""
+    s0, s1 = (_value(x, service, f"{name}_sum", labels) for x in (prev, cur))
+    c0, c1 = (_value(x, service, f"{name}_count", labels) for x in (prev, cur))
+    if s0 is None or s1 is None or c0 is None or c1 is None:
+        return None
+    return (s1 - s0) / (c1 - c0) if c1 != c0 else float("nan")
 
 
 def plot(snaps: list[dict[str, Any]], out: Path, title: str) -> None:
@@ -112,10 +126,11 @@ def plot(snaps: list[dict[str, Any]], out: Path, title: str) -> None:
     for ax, (panel, lines) in zip(axes.flat, PANELS, strict=True):
         for label, service, name, kind, labels in lines:
             xs, ys = series(snaps, service, name, kind, labels)
-            ax.plot(xs, ys, label=label, drawstyle="steps-post" if kind == "gauge" else "default")
+            style = {"drawstyle": "steps-post"} if kind == "gauge" else {"marker": ".", "markersize": 4}
+            ax.plot(xs, ys, label=label, **style)
         ax.set_title(panel, fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=8, loc="best")
     for ax in axes[-1]:
         ax.set_xlabel("minutes")
     fig.suptitle(title, fontsize=11)
@@ -125,7 +140,7 @@ def plot(snaps: list[dict[str, Any]], out: Path, title: str) -> None:
 
 
 def _title(what: str, interval: float) -> str:
-    return (f"{what}: the dashboard's series, scraped from each service's /metrics every {interval:g} s "
+    return (f"{what}\nthe dashboard's series, scraped from each service's /metrics every {interval:g} s "
             "(a matplotlib plot, not Grafana)")
 
 
