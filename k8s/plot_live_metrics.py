@@ -68,18 +68,18 @@ WANTED = {f"{name}{suffix}" for _, lines in PANELS for _, _, name, kind, _ in li
 
 def scrape(targets: dict[str, str]) -> dict[str, Any]:
     """One scrape of every endpoint: {service: {series: [[labels, value], ...]}} for the :data:`WANTED` series
-    (empty when the endpoint is down)."""
+    (None when the endpoint is down)."""
     out: dict[str, Any] = {"t": time.time()}
     for service, target in targets.items():
         reading = M.read_endpoint(target, timeout_s=2.0)
-        out[service] = {} if not reading.up else {
+        out[service] = None if not reading.up else {
             name: [[dict(lbl), v] for (n, lbl), v in reading.samples.items() if n == name]
             for name in {n for n, _ in reading.samples} & WANTED}
     return out
 
 
 def _value(snap: dict[str, Any], service: str, name: str, labels: dict[str, str]) -> float | None:
-    rows = snap.get(service, {}).get(name)
+    rows = (snap.get(service) or {}).get(name)
     if rows is None:
         return None
     chosen = [v for lbl, v in rows if all(lbl.get(k) == want for k, want in labels.items())]
@@ -97,6 +97,7 @@ def series(snaps: list[dict[str, Any]], service: str, name: str, kind: str,
             y = _value(cur, service, name, labels)
         elif kind == "rate":
             a, b = _value(prev, service, name, labels), _value(cur, service, name, labels)
+            a = 0.0 if a is None and prev.get(service) is not None else a  # a labelled counter appears at its first event
             y = None if a is None or b is None else max(0.0, b - a) / dt
         else:
             y = _interval_mean(prev, cur, service, name, labels)
@@ -109,8 +110,10 @@ def series(snaps: list[dict[str, Any]], service: str, name: str, kind: str,
 def _interval_mean(prev: dict[str, Any], cur: dict[str, Any], service: str, name: str,
                    labels: dict[str, str]) -> float | None:
     """Mean of a histogram's observations between two scrapes (NaN, a gap in the line, when there were none)."""
+    up = prev.get(service) is not None  # a labelled histogram appears at its first observation
     s0, s1 = (_value(x, service, f"{name}_sum", labels) for x in (prev, cur))
     c0, c1 = (_value(x, service, f"{name}_count", labels) for x in (prev, cur))
+    s0, c0 = (0.0 if up and s0 is None else s0), (0.0 if up and c0 is None else c0)
     if s0 is None or s1 is None or c0 is None or c1 is None:
         return None
     return (s1 - s0) / (c1 - c0) if c1 != c0 else float("nan")
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while proc.poll() is None:
             snap = scrape(targets)
-            if any(snap[s] for s in targets):
+            if any(snap[s] is not None for s in targets):
                 snaps.append(snap)
             time.sleep(args.interval)
     finally:
