@@ -11,6 +11,7 @@ import pytest
 from streamgrpo import metrics
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.streams.ab_controller import Lifecycle, eval_gauges, policy_from
 from streamgrpo.streams.app import broker_urls, create_app, loop_gauges
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.streams.errors import StreamsConfigError
@@ -76,5 +77,31 @@ def test_loop_gauges_and_arms_come_from_the_workers_view(tmp_path: Path) -> None
         assert m.value("streamgrpo_adapter_version", role="published") == 2
         assert m.value("streamgrpo_adapter_version", role="canary") == 2
         assert (arm_of(ctx, 2), arm_of(ctx, 0)) == ("canary", "primary")
+    finally:
+        metrics.stop()
+
+
+def test_eval_gauges_show_the_newest_evaluated_version_and_the_primary() -> None:
+    from fixtures.sample_events import sample_events
+
+    life = Lifecycle("planner", 0.0, policy_from(StreamsSettings()), 0.5)
+    published = next(e for e in sample_events() if isinstance(e, R.AdapterPublished))
+    evaluation = next(e for e in sample_events() if isinstance(e, R.EvaluationCompleted))
+    for v in (1, 2):
+        life.apply(dataclasses.replace(published, envelope=R.Envelope.new("trainer"), adapter_name="planner",
+                                       version=v))
+    m = metrics.start("streams", 0)
+    try:
+        eval_gauges(life)  # nothing evaluated yet: no accuracy series
+        assert m.value("streamgrpo_eval_accuracy_ratio", role="evaluated", bound="point") is None
+        for v, acc in ((1, 0.25), (2, 0.5)):
+            life.apply(dataclasses.replace(evaluation, envelope=R.Envelope.new("evaluator"), adapter_name="planner",
+                                           adapter_version=v, accuracy=acc, ci_low=acc - 0.1, ci_high=acc + 0.1))
+        eval_gauges(life)
+        assert m.value("streamgrpo_adapter_version", role="evaluated") == 2
+        assert m.value("streamgrpo_eval_accuracy_ratio", role="evaluated", bound="point") == 0.5
+        assert m.value("streamgrpo_eval_accuracy_ratio", role="evaluated", bound="ci_low") == 0.4
+        primary = life.line.primary
+        assert m.value("streamgrpo_eval_accuracy_ratio", role="primary", bound="point") == {1: 0.25, 2: 0.5}[primary]
     finally:
         metrics.stop()
