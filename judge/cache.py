@@ -20,6 +20,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from streamgrpo import metrics
 from streamgrpo.judge.config import CacheSettings
 from streamgrpo.judge.errors import JudgeError
 from streamgrpo.judge.scorers.base import Candidate, Score, Scorer
@@ -70,6 +71,7 @@ class ScoreCache:
             if hit is not None:
                 self._lru.move_to_end(key)
                 self.hits += 1
+                metrics.current().inc(metrics.JUDGE_CACHE, result="hit")
                 return hit
             if self._db is not None:
                 row = self._db.execute("SELECT score FROM scores WHERE key = ?", (key,)).fetchone()
@@ -77,8 +79,10 @@ class ScoreCache:
                     score = Score.from_json(row[0])
                     self._remember(key, score)
                     self.hits += 1
+                    metrics.current().inc(metrics.JUDGE_CACHE, result="hit")
                     return score
             self.misses += 1
+            metrics.current().inc(metrics.JUDGE_CACHE, result="miss")
             return None
 
     def put(self, scorer: Scorer, candidate: Candidate, score: Score) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from streamgrpo import metrics
 from streamgrpo.config import KafkaSettings, load
 from streamgrpo.errors import ConfigError
 
@@ -117,6 +118,7 @@ def judge(ctx: click.Context, bootstrap: str | None, routes: tuple[str, ...], de
     if cache_sqlite is not None:
         settings.cache.sqlite_path = cache_sqlite
     kafka = load(KafkaSettings, "kafka", path=config_path, overrides={"bootstrap": bootstrap})
+    metrics.start("judge", settings.metrics_port)
     stats = asyncio.run(_serve(kafka, settings, max_idle_s))
     click.echo(json.dumps({"rollouts": stats.rollouts, "rewards_ok": stats.rewards_ok,
                            "rewards_error": stats.rewards_error, "dead_letters": stats.dead_letters,

@@ -28,9 +28,12 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
+from streamgrpo import metrics
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.heartbeat import Heartbeat
@@ -49,6 +52,7 @@ from streamgrpo.topics.seams import EventSink, EventSource
 log = logging.getLogger(__name__)
 SERVICE = "judge"
 Outcome = tuple[Admitted, R.Reward | Reject]
+T = TypeVar("T")
 
 
 def _redacted(reward: R.Reward) -> R.Reward:
@@ -96,6 +100,17 @@ class JudgeStats:
         self.cached += int(reward.cached)
 
 
+def _timed(judge: str, rollouts: int, decide: Callable[..., T], *args: Any) -> T:
+    """Run one decision; observe its wall time per rollout in ``judge_duration_seconds``."""
+    start = time.perf_counter()
+    try:
+        return decide(*args)
+    finally:
+        per_rollout = (time.perf_counter() - start) / max(1, rollouts)
+        for _ in range(rollouts):
+            metrics.current().observe(metrics.JUDGE_DURATION, per_rollout, judge=judge)
+
+
 class JudgeService:
     """Consumes rollouts, scores them, produces one Reward per rollout."""
 
@@ -121,11 +136,13 @@ class JudgeService:
     async def _decide_all(self, pool: ThreadPoolExecutor, singles: list[Ready],
                           groups: list[GroupBuffer]) -> list[Outcome]:
         loop = asyncio.get_running_loop()
-        jobs = [loop.run_in_executor(pool, decide_reward, r.task, r.item.rollout, r.scorer, self.cache) for r in singles]
+        jobs = [loop.run_in_executor(pool, _timed, r.scorer.name, 1, decide_reward, r.task, r.item.rollout, r.scorer,
+                                     self.cache) for r in singles]
         members: list[list[Admitted]] = [[r.item] for r in singles]
         for g in groups:
             items = list(g.items.values())
-            jobs.append(loop.run_in_executor(pool, decide_group, g.task, [i.rollout for i in items], g.scorer))
+            jobs.append(loop.run_in_executor(pool, _timed, g.scorer.name, len(items), decide_group, g.task,
+                                             [i.rollout for i in items], g.scorer))
             members.append(items)
         results = await asyncio.gather(*jobs)
         out: list[Outcome] = []
@@ -136,6 +153,8 @@ class JudgeService:
     async def _emit(self, outcomes: list[Outcome], producer: EventSink, consumer: EventSource) -> None:
         for item, outcome in outcomes:
             self.stats.count(outcome)
+            reward = outcome.reward if isinstance(outcome, Reject) else outcome
+            metrics.current().inc(metrics.JUDGE_REWARDS, judge=reward.judge.name, status=reward.status)
             if isinstance(outcome, Reject):
                 await consumer.dead_letter(item.received, outcome.reason_code, redact(outcome.reason))
                 producer.send(_redacted(outcome.reward))

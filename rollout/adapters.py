@@ -42,8 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from streamgrpo import metrics
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.models.errors import AdapterIntegrityError
 from streamgrpo.models.registry import AdapterRegistry, Announced, Announcement, Change, PrimaryChanged
 from streamgrpo.rollout.errors import (
     AdapterLoadError,
@@ -139,15 +141,20 @@ class AdapterFollower:
         return self.adapter_name is None or name == self.adapter_name
 
     def _load(self, ann: Announcement) -> bool:
+        m = metrics.current()
         try:
-            path = self._verified_path(ann)
-            self.policy.load_adapter(ann.adapter_name, ann.version, path)
+            with m.timer(metrics.ADAPTER_LOAD_DURATION):
+                path = self._verified_path(ann)
+                self.policy.load_adapter(ann.adapter_name, ann.version, path)
         except (AdapterRefusedError, AdapterLoadError) as exc:  # final: immutable version, bad bytes/files
+            m.inc(metrics.ADAPTER_LOADS, outcome="checksum_mismatch" if isinstance(exc.__cause__, AdapterIntegrityError)
+                  else "error")
             self.refusals.append(Refusal(ann.adapter_name, ann.version, ann.uri, str(exc)))
             log.error("REFUSED adapter %s@v%d from %s: %s (still serving %s)", ann.adapter_name, ann.version,
                       ann.uri, exc, self.policy.resident_versions(ann.adapter_name) or "the base model")
             return False
         except PolicyError as exc:  # transient (backend unavailable): not a refusal, ensure_resident retries
+            m.inc(metrics.ADAPTER_LOADS, outcome="error")
             self.failures.append(Refusal(ann.adapter_name, ann.version, ann.uri, str(exc)))
             log.error("could not load adapter %s@v%d now: %s (will retry on demand)", ann.adapter_name,
                       ann.version, exc)
@@ -157,12 +164,13 @@ class AdapterFollower:
             log.warning("adapter %s@v%d was trained on %r, this policy serves %r", ann.adapter_name, ann.version,
                         ann.base_model, base)
         self.loaded.append((ann.adapter_name, ann.version))
+        m.inc(metrics.ADAPTER_LOADS, outcome="ok")
+        m.set(metrics.ADAPTERS_RESIDENT, len(self.policy.resident_versions(ann.adapter_name)))
         log.info("adapter %s@v%d verified and loaded", ann.adapter_name, ann.version)
         return True
 
     def _verified_path(self, ann: Announcement) -> Path:
         from streamgrpo.models.adapter_store import verify
-        from streamgrpo.models.errors import AdapterIntegrityError
 
         path = self._resolve(ann)
         try:

@@ -182,6 +182,7 @@ def rollout(ctx: click.Context, bootstrap: str | None, concurrency: int | None, 
     """Run a rollout worker: consume rollout-requests (consumer group "rollout"), run each group's
     trajectories in lockstep, produce PlannerAction / ToolObservation / Verdict / RolloutCompleted
     events, then commit (at-least-once). Follows adapter-events and hot-swaps verified adapters."""
+    from streamgrpo import metrics
     from streamgrpo.config import KafkaSettings, load
     from streamgrpo.rollout.config import ASK_MODEL_MODES
 
@@ -193,6 +194,7 @@ def rollout(ctx: click.Context, bootstrap: str | None, concurrency: int | None, 
         overrides.update(ASK_MODEL_MODES)
     cfg = _settings(ctx, overrides)
     kafka = load(KafkaSettings, "kafka", path=(ctx.obj or {}).get("config_path"), overrides={"bootstrap": bootstrap})
+    metrics.start("rollout", cfg.metrics_port)
     stats = asyncio.run(serve(cfg, kafka, max_rollouts=max_rollouts))
     click.echo(f"rollouts={stats.rollouts} groups={stats.groups} statuses={dict(stats.statuses)} "
                f"rate={stats.rate():.3f}/s")

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
@@ -228,11 +229,13 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
         parse_status=parsed.status, prompt_hash=planner.PROMPT_HASH, latency_ms=gen.latency_ms, engine=gen.engine,
         tool=step.tool if step is not None else None, is_final=bool(step is not None and step.is_final),
     ))
+    _count_action(gen, parsed.status)
     observation: Observation | None = None
     try:
         if step is not None and not step.is_final:
             observation = _execute(traj, step, ctx)
             sink(_observation_event(traj, observation, turn, ctx.service))
+            metrics.current().inc(metrics.TOOL_CALLS, tool=observation.tool, outcome="error" if observation.error else "ok")
         traj.history.append(TurnRecord(turn, gen.text, parsed.status, step, parsed.error, observation))
         decision = ctx.verifier.decide(req.question, traj.history)
     except MODEL_ERRORS as exc:
@@ -243,6 +246,13 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
         _finish(traj, ctx, sink, R.RolloutStatus.ANSWERED)
     elif turn >= req.max_turns:
         _finish(traj, ctx, sink, R.RolloutStatus.MAX_TURNS)
+
+
+def _count_action(gen: Generation, status: R.ParseStatus) -> None:
+    m, engine = metrics.current(), gen.engine or "unknown"
+    m.inc(metrics.PLANNER_ACTIONS, parse_status=status, engine=engine)
+    m.inc(metrics.PLANNER_TOKENS, len(gen.token_ids), engine=engine)
+    m.observe(metrics.PLANNER_DURATION, gen.latency_ms / 1000)
 
 
 def _execute(traj: _Trajectory, step: Any, ctx: LoopContext) -> Observation:
@@ -295,6 +305,8 @@ def _complete(
         adapter_name=req.adapter_name, adapter_version=version,
         duration_ms=int((time.monotonic() - traj.started) * 1000), error=error, tool_calls=dict(traj.tool_calls),
     ))
+    metrics.current().inc(metrics.ROLLOUTS, status=status)
+    metrics.current().observe(metrics.ROLLOUT_DURATION, time.monotonic() - traj.started)
 
 
 def fail_group(requests: Sequence[R.RolloutRequest], ctx: LoopContext, sink: EventSink, reason: str) -> GroupResult:

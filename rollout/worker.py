@@ -37,7 +37,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from streamgrpo import heartbeat
+from streamgrpo import heartbeat, metrics
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.rollout.config import RolloutConfig
@@ -168,6 +168,7 @@ class RolloutWorker:
         served, reason = self.acquire_version(first.adapter_name, asked)
         if served is None:
             return fail_group(group, self.ctx, sink, reason).results
+        metrics.current().set(metrics.ADAPTER_VERSION, served, role="served")
         if served != first.adapter_version:
             why = "it was rolled back" if asked != first.adapter_version else "serve_resident_fallback"
             log.warning("group %s asked %s@v%d; serving v%d (%s)", first.envelope.group_id,

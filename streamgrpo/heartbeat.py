@@ -25,6 +25,7 @@ import os
 import time
 from pathlib import Path
 
+from streamgrpo import metrics
 from streamgrpo.config import HEARTBEAT_ENV, heartbeat_file
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,9 @@ class Heartbeat:
         return cls(heartbeat_file())
 
     def beat(self) -> bool:
-        """Touch the file (creating it and its folder); True when it was written now."""
+        """Touch the file (creating it and its folder); True when it was written now. Also sets the
+        ``heartbeat_timestamp_seconds`` gauge of the process's metrics (a no-op when they are off)."""
+        metrics.current().set(metrics.HEARTBEAT, time.time())
         if self.path is None:
             return False
         now = time.monotonic()

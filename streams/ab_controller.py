@@ -35,6 +35,7 @@ from typing import Any
 
 from faust.types import TP
 
+from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.models.adapter_state import adapter_states, content_key
@@ -151,6 +152,23 @@ class Lifecycle:
         self.published[state.version_key] = content_key(state)
 
 
+def eval_gauges(life: Lifecycle) -> None:
+    """Held-out accuracy (point and CI) of the newest evaluated version and of the primary, and the number of
+    the newest evaluated version, in the process's metrics (nothing before the first evaluation)."""
+    m = metrics.current()
+    evaluated = {v: s.evaluation for (name, v), s in life.stats.versions.items()
+                 if name == life.adapter_name and s.evaluation is not None}
+    roles = {"primary": evaluated.get(life.line.primary)}
+    if evaluated:
+        newest = max(evaluated)
+        roles["evaluated"] = evaluated[newest]
+        m.set(metrics.ADAPTER_VERSION, newest, role="evaluated")
+    for role, ev in roles.items():
+        if ev is not None:
+            for bound, value in (("point", ev.accuracy), ("ci_low", ev.ci_low), ("ci_high", ev.ci_high)):
+                m.set(metrics.EVAL_ACCURACY, value, role=role, bound=bound)
+
+
 def register(ctx: StreamsContext) -> Lifecycle:
     from streamgrpo.topics.follow import LogFollower, fold_events
 
@@ -163,7 +181,10 @@ def register(ctx: StreamsContext) -> Lifecycle:
         await follower.run()
 
     async def ab_tick() -> None:
-        if not follower.caught_up.is_set() or not leads():
+        if not follower.caught_up.is_set():
+            return
+        eval_gauges(life)
+        if not leads():
             return
         for event in life.next_events(time.time()):
             log.info("lifecycle: %s v%s: %s", type(event).__name__, getattr(event, "version", "?"),

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import faust
 from faust.types import RecordMetadata
 
+from streamgrpo import metrics
 from streamgrpo.avro import records as R
 from streamgrpo.avro.codec import Codec
 from streamgrpo.config import KafkaSettings
@@ -155,13 +156,16 @@ class StreamsContext:
         ts = spec(topic) if topic else topic_for(event)
         value = self.codec.encode(event, self.name(ts.name))
         check_size(event, value)
+        metrics.current().inc(metrics.EVENTS_PRODUCED, topic=ts.name)
         return await self.topics[ts.name].send(key=ts.key_of(event).encode(), value=value, partition=partition,
                                                force=True)
 
     async def decode(self, ev: FaustEvent, expected: tuple[type[R.Event], ...]) -> R.Event | None:
         """Decode a Faust event's raw value; on failure dead-letter it and return ``None``."""
         msg = ev.message
-        event, code, reason = decode_record(self.codec, logical_name(self.kafka, msg.topic), ev.value)
+        topic = logical_name(self.kafka, msg.topic)
+        metrics.current().inc(metrics.EVENTS_CONSUMED, topic=topic, group=self.settings.app_id)
+        event, code, reason = decode_record(self.codec, topic, ev.value)
         if event is not None and not isinstance(event, expected):
             event, code, reason = None, "wrong_event_type", f"{type(event).__name__} does not belong on {msg.topic}"
         if event is None:
@@ -178,6 +182,7 @@ class StreamsContext:
         if self.dead_lettered.seen(letter.event_id):
             return
         self.count(f"dead_letters.{code}")
+        metrics.current().inc(metrics.DEAD_LETTERS, topic=letter.source_topic, reason=code)
         log.warning("dead-lettering %s[%d]@%d: %s", topic, partition, offset, letter.reason)
 
         async def attempt() -> None:
@@ -188,6 +193,19 @@ class StreamsContext:
 
 #: Seconds between liveness beats of a streams worker (its event loop is alive and timers run).
 HEARTBEAT_INTERVAL_S = 5.0
+
+
+def loop_gauges(ctx: StreamsContext) -> None:
+    """Set the gauges read from this worker's view of the loop: groups in flight, versions per role."""
+    m = metrics.current()
+    if ctx.follower is None:  # no agent that follows the loop runs here
+        return
+    view = ctx.follower.view
+    m.set(metrics.GROUPS_OPEN, view.in_flight)
+    line = view.adapters(ctx.settings.adapter_name)
+    m.set(metrics.ADAPTER_VERSION, line.latest, role="published")
+    m.set(metrics.ADAPTER_VERSION, line.primary, role="primary")
+    m.set(metrics.ADAPTER_VERSION, line.canary or 0, role="canary")
 
 
 def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str] | None = None) -> StreamsApp:
@@ -228,6 +246,7 @@ def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str
         importlib.import_module(AGENTS[name]).register(ctx)
     async def beat() -> None:
         ctx.heartbeat.beat()
+        loop_gauges(ctx)
 
     app.timer(HEARTBEAT_INTERVAL_S, name="streamgrpo.heartbeat")(beat)
     log.info("streams app %s: agents %s on %s", app.conf.id, ", ".join(chosen), kafka.bootstrap)

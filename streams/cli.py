@@ -13,7 +13,7 @@ import click
 
 STREAMS_EPILOG = """\b
 Agents (--only): fanout (tasks -> rollout-requests, admission/pacing), window (rewards + planner
-actions + rollouts -> groups + training-samples), metrics (rewards -> reward-metrics, Prometheus),
+actions + rollouts -> groups + training-samples), metrics (rewards -> reward-metrics and reward gauges),
 ab (A/B test of the newest version against the primary: promote / roll back / await approval on
 adapter-events, AdapterState on adapter-registry; one leader: the worker holding adapter-events),
 archive (every topic -> Parquet for `analyse`).
@@ -59,11 +59,13 @@ def streams(ctx: click.Context, only: str | None, loglevel: str, **opts: Any) ->
     """
     import faust
 
+    from streamgrpo import metrics
     from streamgrpo.streams.app import create_app
 
     if only:
         opts["agents"] = [a.strip() for a in only.split(",") if a.strip()]
     settings, kafka = _settings(ctx, **opts)
+    metrics.start("streams", settings.metrics_port)
     app = create_app(settings, kafka)
     worker = faust.Worker(app, loglevel=loglevel, override_logging=False, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()

@@ -79,7 +79,6 @@ class StreamsSettings(StrictModel):
     # -- reward metrics ----------------------------------------------------------------------------
     metrics_window_s: float = Field(60.0, gt=0, description="Tumbling window of reward metrics, seconds.")
     success_threshold: float = Field(0.5, description="A reward counts as a success when score >= this.")
-    prometheus_port: int | None = Field(None, ge=1, le=65535, description="Expose Prometheus metrics here (unset: off).")
     metrics_port: int = Field(DEFAULT_PORTS["streams"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     # -- A/B controller ----------------------------------------------------------------------------
     canary_share: float = shared("canary_share")

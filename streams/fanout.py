@@ -35,6 +35,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.streams.ab_controller import choose_version
@@ -151,13 +152,17 @@ def register(ctx: StreamsContext) -> None:
             if not waited:
                 log.info("fan-out waiting: %s", reason)
                 ctx.count("fanout.backpressure")
+                metrics.current().set(metrics.ADMISSION_BLOCKED, 1)
                 waited = True
             await asyncio.sleep(ctx.settings.admission_poll_s)
+        metrics.current().set(metrics.ADMISSION_BLOCKED, 0)
         version = choose_version(view.adapters(policy.adapter_name), group, ctx.settings.canary_share)
         requests = fan_out(task, version, policy)
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
         view.note_requested(group, len(requests))
         ctx.count("fanout.groups")
+        metrics.current().inc(metrics.GROUPS_REQUESTED)
+        metrics.current().set(metrics.GROUPS_OPEN, view.in_flight)
 
     ctx.app.agent(ctx.topics["tasks"], name="streamgrpo.fanout")(fanout_agent)

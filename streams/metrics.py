@@ -6,9 +6,11 @@ ended at least ``grace_s`` ago: count, mean reward, success rate (``score >= thr
 rewards count as failures with their score), mean turns and summed tool calls.
 
 The agent consumes ``rewards`` (dedup by event id: :class:`~streamgrpo.topics.dedup.RecentIds`), a timer flushes closed
-windows to ``reward-metrics``, and when ``prometheus_port`` is set a prometheus_client HTTP server
-exposes ``streamgrpo_reward_mean{adapter_version}``, ``streamgrpo_reward_success_rate``,
-``streamgrpo_rewards_total{adapter_version,status}`` and ``streamgrpo_streams_events_total{what}``.
+windows to ``reward-metrics``. Each judged reward is observed in ``streamgrpo_reward_score{arm}`` and each
+flushed window sets ``streamgrpo_reward_mean{arm}`` / ``streamgrpo_reward_success_ratio{arm}`` in the
+process's shared metrics (:mod:`streamgrpo.metrics`; the endpoint is the streams worker's
+``metrics_port``). The arm is the A/B role of the version that served (canary or primary), never the
+version itself (an unbounded label); ``reward-metrics`` keeps the per-version figures.
 
 Human rewards (provenance ``human:<name>``, ``streamgrpo label``) are kept apart: they are counted
 (``metrics.human_rewards``) and never enter a window; the A/B registry reports them separately.
@@ -25,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from streamgrpo import metrics
 from streamgrpo.avro import records as R
 from streamgrpo.models.stats import is_human
 from streamgrpo.streams.app import FaustStream, StreamsContext
@@ -83,37 +86,10 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(round(ts, 3), timezone.utc)
 
 
-class Prometheus:
-    """prometheus_client metrics in a private registry (no-op when the package is missing or port unset)."""
-
-    def __init__(self, port: int | None) -> None:
-        self.enabled = False
-        if port is None:
-            return
-        try:
-            import prometheus_client as pc
-        except ModuleNotFoundError:
-            log.warning("prometheus_client is not installed; Prometheus metrics are off")
-            return
-        reg = pc.CollectorRegistry()
-        self.mean = pc.Gauge("streamgrpo_reward_mean", "Mean reward of the last closed window", ["adapter_version"], registry=reg)
-        self.success = pc.Gauge("streamgrpo_reward_success_rate", "Success rate of the last closed window",
-                                ["adapter_version"], registry=reg)
-        self.rewards = pc.Counter("streamgrpo_rewards_total", "Rewards seen", ["adapter_version", "status"], registry=reg)
-        self.events = pc.Gauge("streamgrpo_streams_events_total", "Stream-processor counters", ["what"], registry=reg)
-        pc.start_http_server(port, registry=reg)
-        self.enabled = True
-
-    def on_reward(self, r: R.Reward) -> None:
-        if self.enabled:
-            self.rewards.labels(str(r.adapter_version), r.status.value).inc()
-
-    def on_metrics(self, m: R.RewardMetrics, counters: Counter[str]) -> None:
-        if self.enabled:
-            self.mean.labels(str(m.adapter_version)).set(m.mean_reward)
-            self.success.labels(str(m.adapter_version)).set(m.success_rate)
-            for what, n in counters.items():
-                self.events.labels(what).set(n)
+def arm_of(ctx: StreamsContext, version: int) -> str:
+    """``"canary"`` when ``version`` is the canary of the A/B test this worker follows, else ``"primary"``."""
+    line = ctx.follower.view.adapters(ctx.settings.adapter_name) if ctx.follower is not None else None
+    return "canary" if line is not None and line.canary == version else "primary"
 
 
 def register(ctx: StreamsContext) -> None:
@@ -121,7 +97,6 @@ def register(ctx: StreamsContext) -> None:
 
     s = ctx.settings
     windows = RewardWindows(s.metrics_window_s, s.success_threshold)
-    prom = Prometheus(s.prometheus_port)
 
     async def metrics_agent(stream: FaustStream) -> None:
         async for ev in stream.events():
@@ -129,11 +104,13 @@ def register(ctx: StreamsContext) -> None:
             if isinstance(reward, R.Reward) and is_human(reward):
                 ctx.count("metrics.human_rewards")  # kept apart: reward metrics are the judge's
             elif isinstance(reward, R.Reward) and windows.add(reward):
-                prom.on_reward(reward)
+                metrics.current().observe(metrics.REWARD_SCORE, reward.score, arm=arm_of(ctx, reward.adapter_version))
 
     async def flush_metrics() -> None:
         for m in windows.flush(time.time()):
-            prom.on_metrics(m, ctx.counters)
+            arm = arm_of(ctx, m.adapter_version)
+            metrics.current().set(metrics.REWARD_MEAN, m.mean_reward, arm=arm)
+            metrics.current().set(metrics.REWARD_SUCCESS, m.success_rate, arm=arm)
             await ctx.send(m)
             ctx.count("metrics.windows")
 

@@ -30,6 +30,7 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.streams import window_core as W
@@ -138,6 +139,7 @@ class Window:
         futures = []
         if closed is not None:
             self.ctx.count(f"groups.{closed.reason}")
+            metrics.current().inc(metrics.GROUPS_CLOSED, status=closed.status, trains=str(closed.trains).lower())
             log.debug("group %s closed: %s (%s)", state.group_id, closed.status.value, closed.reason)
             futures.append(await self.ctx.send(closed))
             self._drop_actions(state, [r for r in self._rollouts(state) if r not in state.advantages])
@@ -150,6 +152,7 @@ class Window:
             await asyncio.gather(*futures)  # delivered before the table says "emitted"
         if ready:
             self.ctx.count("samples.emitted", len(ready))
+            metrics.current().inc(metrics.SAMPLES_EMITTED, len(ready))
             state.emitted = [*state.emitted, *ready]
             self._drop_actions(state, ready)
         if changed or closed is not None or ready:

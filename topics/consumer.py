@@ -33,6 +33,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaTimeoutError, RebalanceInProgressError
 
+from streamgrpo import metrics
 from streamgrpo.avro.codec import Codec
 from streamgrpo.avro.records import DeadLetter
 from streamgrpo.config import KafkaSettings
@@ -142,6 +143,7 @@ class EventConsumer:
         out: list[Received] = []
         for tp, msgs in records.items():
             topic = logical_name(self.kafka, tp.topic)
+            self._observe(tp, topic, msgs)
             for m in msgs:
                 self._pending[tp] = m.offset + 1
                 rec = received(self.codec, topic, m.partition, m.offset, m.key, m.value, m.timestamp)
@@ -150,6 +152,16 @@ class EventConsumer:
                     continue
                 out.append(rec)
         return out
+
+    def _observe(self, tp: TopicPartition, topic: str, msgs: list[Any]) -> None:
+        """Events consumed and the partition's lag after this batch (high watermark of the fetch minus the
+        next offset); the lag is refreshed only when records arrive."""
+        m = metrics.current()
+        m.inc(metrics.EVENTS_CONSUMED, len(msgs), topic=topic, group=self.group_id)
+        highwater = self._consumer.highwater(tp) if msgs else None
+        if highwater is not None:
+            m.set(metrics.CONSUMER_LAG, max(0, highwater - msgs[-1].offset - 1), group=self.group_id, topic=topic,
+                  partition=tp.partition)
 
     def _reject(self, rec: Received, code: str, reason: str) -> None:
         letter = build_dead_letter(service=self.service, consumer=self.group_id, topic=rec.topic,
@@ -160,6 +172,7 @@ class EventConsumer:
         log.warning("dead-letter %s[%d]@%d: %s: %s", rec.topic, rec.partition, rec.offset, code, letter.reason)
         self._unacked.append(letter)
         self.dead_lettered += 1
+        metrics.current().inc(metrics.DEAD_LETTERS, topic=rec.topic, reason=code)
 
     async def dead_letter(self, received: Received, reason_code: str, reason: str) -> None:
         """Reject a decoded record: it goes to dead-letters with the reason (acknowledged before the next commit)."""

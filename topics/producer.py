@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from streamgrpo import metrics
 from streamgrpo.avro.codec import Codec
 from streamgrpo.avro.records import Event
 from streamgrpo.config import KafkaSettings
@@ -84,6 +85,7 @@ class EventProducer:
         value = self.codec.encode(event, physical)
         check_size(event, value)
         self.send_raw(physical, value, key if key is not None else t.key_of(event))
+        metrics.current().inc(metrics.EVENTS_PRODUCED, topic=t.name)
 
     def send_raw(self, physical_topic: str, value: bytes, key: str | bytes | None) -> None:
         """Queue already-encoded bytes as they are (benchmarks and tests; no size bound)."""

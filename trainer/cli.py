@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from streamgrpo import metrics
 from streamgrpo.config import KafkaSettings, load
 from streamgrpo.trainer.config import TrainerConfig
 
@@ -73,6 +74,7 @@ def trainer(ctx: click.Context, bootstrap: str | None, topic_prefix: str | None,
     cfg = load(TrainerConfig, "trainer", path=config_path, overrides=overrides)
     kafka = load(KafkaSettings, "kafka", path=config_path,
                  overrides={"bootstrap": bootstrap, "topic_prefix": topic_prefix})
+    metrics.start("trainer", cfg.metrics_port)
     published = asyncio.run(_run(cfg, kafka))
     click.echo(f"published {len(published)} adapter version(s)"
                + (f", latest v{published[-1].version}" if published else ""))

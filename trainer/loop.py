@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import torch
 
+from streamgrpo import metrics as M
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
@@ -194,6 +195,7 @@ async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfi
                 samples.append(sample)
                 continue
             state.dropped[str(reason)] += 1
+            M.current().inc(M.TRAINER_DROPS, reason=str(reason))
             if reason in DEAD_LETTER_REASONS:
                 await consumer.dead_letter(received, f"trainer_{reason}", f"TrainingSample cannot be trained: {reason}")
     return samples
@@ -234,6 +236,22 @@ def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) ->
     return event
 
 
+def record_step(state: TrainerState, samples: list[R.TrainingSample], metrics: dict[str, float],
+                seconds: float) -> None:
+    """The step's series in the process's metrics (a no-op when they are off)."""
+    m, now = M.current(), time.time()
+    m.inc(M.TRAINER_STEPS)
+    m.observe(M.TRAINER_STEP_DURATION, seconds)
+    m.inc(M.TRAINER_TOKENS, metrics.get("tokens", 0.0))
+    m.inc(M.TRAINER_SAMPLES, len(samples))
+    for spec, key in ((M.TRAINER_LOSS, "loss"), (M.TRAINER_KL, "kl"), (M.TRAINER_CLIP, "clip_frac")):
+        if key in metrics:
+            m.set(spec, metrics[key])
+    for sample in samples:
+        m.observe(M.SAMPLE_STALENESS, max(0, state.version - sample.behaviour_version))
+        m.observe(M.SAMPLE_AGE, max(0.0, now - sample.envelope.event_time.timestamp()))
+
+
 def log_step(state: TrainerState, metrics: dict[str, float], seconds: float) -> None:
     drops = ", ".join(f"{k}={v}" for k, v in sorted(state.dropped.items())) or "none"
     gaps = " ".join(f"v{k.removeprefix('abs_log_ratio_v')}={v:.3f}/{metrics['max_' + k]:.3f}"
@@ -259,11 +277,14 @@ async def train(consumer: SampleSource, producer: EventProducer, state: TrainerS
         started = time.monotonic()
         state.last_metrics = await asyncio.to_thread(train_step, state, samples, cfg)
         log_step(state, state.last_metrics, time.monotonic() - started)
+        record_step(state, samples, state.last_metrics, time.monotonic() - started)
         alive.beat()
         if await asyncio.to_thread(check_rollback, state, cfg):
             continue  # the step was computed on weights rolled back meanwhile: not published
         if state.step % cfg.publish_every == 0:
-            published.append(await asyncio.to_thread(publish, producer, state, cfg))
+            with M.current().timer(M.ADAPTER_PUBLISH_DURATION):
+                published.append(await asyncio.to_thread(publish, producer, state, cfg))
+            M.current().set(M.ADAPTER_VERSION, state.version, role="trained")
             await consumer.commit()
     return published
 

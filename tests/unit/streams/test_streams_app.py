@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import socket
-import urllib.request
+import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from streamgrpo import metrics
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
-from streamgrpo.streams.app import broker_urls, create_app
+from streamgrpo.streams.ab_controller import Lifecycle, eval_gauges, policy_from
+from streamgrpo.streams.app import broker_urls, create_app, loop_gauges
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.streams.errors import StreamsConfigError
-from streamgrpo.streams.metrics import Prometheus
+from streamgrpo.streams.follower import LoopView
+from streamgrpo.streams.metrics import arm_of
 
 
 def settings(tmp_path: Path, **kw: object) -> StreamsSettings:
@@ -52,16 +55,53 @@ def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
         create_app(settings(tmp_path, estimator="ppo"), KafkaSettings(bootstrap="h:1"), ["window"])
 
 
-def test_prometheus_exposes_reward_counters() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    prom = Prometheus(port)
-    assert prom.enabled
-    reward = R.Reward(R.Envelope.new("judge"), 1.0, R.RewardStatus.OK, R.JudgeInfo("m", "h"), 4, "planner", 5, 2,
-                      R.RolloutStatus.ANSWERED)
-    prom.on_reward(reward)
-    prom.on_reward(reward)
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert 'streamgrpo_rewards_total{adapter_version="5",status="OK"} 2.0' in body
-    assert Prometheus(None).enabled is False
+def test_loop_gauges_and_arms_come_from_the_workers_view(tmp_path: Path) -> None:
+    """Groups in flight and versions per role are read from the follower's view; a reward's arm is the A/B
+    role of the version that served it (canary_share > 0: the newest version above the primary is the canary)."""
+    from fixtures.sample_events import sample_events
+
+    app = create_app(settings(tmp_path, canary_share=0.5), KafkaSettings(bootstrap="h:9092"), ["metrics"])
+    ctx = app.streamgrpo  # type: ignore[attr-defined]
+    view = LoopView(canary_share=0.5)
+    ctx.follower = SimpleNamespace(view=view)
+    published = next(e for e in sample_events() if isinstance(e, R.AdapterPublished))
+    for v in (1, 2):
+        view.apply(dataclasses.replace(published, envelope=R.Envelope.new("trainer"), adapter_name="planner",
+                                       version=v))
+    view.note_requested("g1", 4)
+    view.note_requested("g2", 4)
+    m = metrics.start("streams", 0)
+    try:
+        loop_gauges(ctx)
+        assert m.value("streamgrpo_groups_open") == 2
+        assert m.value("streamgrpo_adapter_version", role="published") == 2
+        assert m.value("streamgrpo_adapter_version", role="canary") == 2
+        assert (arm_of(ctx, 2), arm_of(ctx, 0)) == ("canary", "primary")
+    finally:
+        metrics.stop()
+
+
+def test_eval_gauges_show_the_newest_evaluated_version_and_the_primary() -> None:
+    from fixtures.sample_events import sample_events
+
+    life = Lifecycle("planner", 0.0, policy_from(StreamsSettings()), 0.5)
+    published = next(e for e in sample_events() if isinstance(e, R.AdapterPublished))
+    evaluation = next(e for e in sample_events() if isinstance(e, R.EvaluationCompleted))
+    for v in (1, 2):
+        life.apply(dataclasses.replace(published, envelope=R.Envelope.new("trainer"), adapter_name="planner",
+                                       version=v))
+    m = metrics.start("streams", 0)
+    try:
+        eval_gauges(life)  # nothing evaluated yet: no accuracy series
+        assert m.value("streamgrpo_eval_accuracy_ratio", role="evaluated", bound="point") is None
+        for v, acc in ((1, 0.25), (2, 0.5)):
+            life.apply(dataclasses.replace(evaluation, envelope=R.Envelope.new("evaluator"), adapter_name="planner",
+                                           adapter_version=v, accuracy=acc, ci_low=acc - 0.1, ci_high=acc + 0.1))
+        eval_gauges(life)
+        assert m.value("streamgrpo_adapter_version", role="evaluated") == 2
+        assert m.value("streamgrpo_eval_accuracy_ratio", role="evaluated", bound="point") == 0.5
+        assert m.value("streamgrpo_eval_accuracy_ratio", role="evaluated", bound="ci_low") == 0.4
+        primary = life.line.primary
+        assert m.value("streamgrpo_eval_accuracy_ratio", role="primary", bound="point") == {1: 0.25, 2: 0.5}[primary]
+    finally:
+        metrics.stop()
