@@ -265,3 +265,16 @@ def test_k8s_probe_live_heartbeat(tmp_path: Path) -> None:
 
     os.utime(beat, (old, old))
     assert probe.main(["live", "--max-age", "60"], env) == 1
+
+
+def test_the_image_copies_every_package_folder_of_the_distribution() -> None:
+    """The Dockerfile installs from copied folders: a package folder it forgets breaks `pip install` in the
+    image build (the slow image-recipe test finds it after minutes; this finds it at once)."""
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    dirs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    copied = set(re.findall(r"^COPY (\S+) \./\1$", (root / "k8s/image/Dockerfile").read_text(), flags=re.M))
+    missing = sorted({d.split("/")[0] for d in dirs} - copied)
+    assert not missing, f"k8s/image/Dockerfile does not COPY {missing}"
