@@ -222,3 +222,24 @@ class TokenGrammar:
             if i + 1 < len(action_ids) and not matcher.consume_token(int(token)):
                 raise ValueError(f"action token {i} (id {token}) rejected: {matcher.get_error()}")
         return out
+
+
+class GrammarReplay:
+    """The trainer's ``replay(descriptor, action_ids) -> (A, W)`` bitmasks (``trainer.batching.Replay``):
+    each descriptor's grammar is rebuilt (:meth:`ActionGrammar.from_descriptor`, ValueError if unknown)
+    and compiled once against the trainer's tokenizer."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self._compiled: dict[str, TokenGrammar] = {}
+
+    def grammar(self, descriptor: str) -> TokenGrammar:
+        compiled = self._compiled.get(descriptor)
+        if compiled is None:
+            compiled = TokenGrammar(ActionGrammar.from_descriptor(descriptor), self.tokenizer, self.vocab_size)
+            self._compiled[descriptor] = compiled
+        return compiled
+
+    def __call__(self, descriptor: str, action_ids: Sequence[int]) -> torch.Tensor:
+        return self.grammar(descriptor).replay(action_ids)
