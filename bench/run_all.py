@@ -33,14 +33,16 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "sandbox": (["bench_sandbox.py", "--calls", "30"], "Python sandbox and calculator: the cost of the isolation per call"),
     "search": (["bench_search.py", "--passages", "100000", "--queries", "1000"], "Knowledge search: own BM25 vs bm25s on 100k passages"),
     "math_agreement": (["bench_math_agreement.py"], "Math judge: v1 (own parser) vs v2 (math-verify) on the case table"),
+    "constrain": (["bench_constrain.py", "--limit", "32", "--samples", "4", "--temperature", "0.7"],
+                  "Grammar-constrained planner replies vs free sampling + repair (`streamgrpo eval`, base SmolLM2)"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
     "learning": (["bench_learning.py", "1260"], "Learning on the built-in tasks: one `streamgrpo run` on the CPU"),
     "vllm": (["bench_vllm.py", "--group-size", "8", "--max-new-tokens", "64", "--rounds", "3"],
              "Planner generation on a local vLLM server vs the local policy (SmolLM2-135M, N=8, CPU)"),
 }
-#: The long ones (12-25 min each) run only when named: `python bench/run_all.py trl learning`; so does `vllm`,
-#: which needs the optional server install (`make setup-vllm`).
-LONG = ("trl", "learning", "vllm")
+#: The long ones (12-25 min each) run only when named: `python bench/run_all.py trl learning constrain`; so does
+#: `vllm`, which needs the optional server install (`make setup-vllm`).
+LONG = ("trl", "learning", "vllm", "constrain")
 
 
 #: Reading notes added under a section (what the figures mean; not measured values).
@@ -91,6 +93,12 @@ NOTES: dict[str, str] = {
             "vLLM bound to cores 0-1): on a machine shared with other sessions (load average 5-8) every absolute "
             "figure here is several times below a quiet machine's (the generation section above, 1 thread) -- "
             "compare the columns of one row, not with other sections.",
+    "constrain": "Base SmolLM2-135M (no adapter) on the first 32 built-in held-out tasks, rollout defaults "
+                 "(max_turns, response prefix, stop at the JSON end), each row its own `streamgrpo eval` process "
+                 "with `STREAMGRPO_ROLLOUT__CONSTRAIN` = `off` (free sampling, then repair: the behaviour before) "
+                 "or `auto` (the default: the local policy samples every reply under the planner grammar, "
+                 "models/grammar.py). `parse fail` is the share of planner actions that did not parse; "
+                 "`answered` the share of rollouts that ended with an answer (not at max_turns).",
     "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
                "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
                "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "
