@@ -1,8 +1,11 @@
 """The planner-action grammar: which tokens a planner reply may continue with, for sampling AND training.
 
-A planner reply is ONE JSON object: ``{"tool": "<registered tool>", "input": "<non-empty text>"}`` or
-``{"answer": "<non-empty text>"}``, written with the separators of the prompt's example (``", "``,
-``": "``), nothing before it and nothing after it but EOS. :class:`ActionGrammar` is that language
+A planner reply is ONE JSON object: ``{"tool": "<registered tool>", "input": "<non-empty text>"}``
+(a tool call), ``{"answer": "<non-empty text>"}``, or a tool call followed by ``"answer": "<text>"``
+(the parser reads any object with an answer as the final answer: the base SmolLM2 answers that way,
+copying the prompt's example, in 3 of its 4 greedy answers on held-out tasks, and forbidding it took
+its answered rate from 0.22 to 0), written with the separators of the prompt's example (``", "``,
+``": "``), keys in that order, nothing before it and nothing after it but EOS. :class:`ActionGrammar` is that language
 for one set of registered tools (a JSON schema compiled by ``llguidance``, the grammar engine of
 vLLM's "guidance" backend and llama.cpp); every reply it admits parses with
 :func:`streamgrpo.rollout.roles.planner.parse` as a valid action (the tool name is one of the
@@ -66,7 +69,7 @@ class ActionGrammar:
         text = {"type": "string", "minLength": 1}
         answer = {"type": "object", "properties": {"answer": text}, "required": ["answer"],
                   "additionalProperties": False}
-        call = {"type": "object", "properties": {"tool": {"enum": list(self.tools)}, "input": text},
+        call = {"type": "object", "properties": {"tool": {"enum": list(self.tools)}, "input": text, "answer": text},
                 "required": ["tool", "input"], "additionalProperties": False}
         return {
             "oneOf": [call, answer] if self.tools else [answer],

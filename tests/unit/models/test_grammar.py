@@ -103,3 +103,15 @@ def test_without_tools_only_an_answer_is_allowed() -> None:
     compiled = TokenGrammar(ActionGrammar((), '{"', (2,)), tokenizer, 128)
     allowed = compiled.logits_mask(1)(0, [])
     assert [tokenizer.decode([t]) for t in allowed.nonzero().squeeze(-1).tolist()] == ["a"]
+
+
+def test_a_tool_call_may_carry_an_answer_which_the_parser_reads_as_final() -> None:
+    """The base model's usual way of answering (a copy of the prompt's example call plus an answer)."""
+    tokenizer = build_tiny_tokenizer()
+    compiled = TokenGrammar(ActionGrammar(TOOLS, '{"', (2,)), tokenizer, 128)
+    reply = 'tool": "calculator", "input": "6*7", "answer": "42"}'
+    compiled.replay(tokenizer.encode(reply, add_special_tokens=False) + [2])
+    parsed = planner.parse('{"' + reply)
+    assert parsed.value is not None and parsed.value.answer == "42"
+    with pytest.raises(ValueError, match="not allowed"):  # other keys, or another order, are not
+        compiled.replay(tokenizer.encode('tool": "calculator", "answer": "42"}', add_special_tokens=False))
