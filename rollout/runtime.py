@@ -130,6 +130,12 @@ def build_constraint(mode: str, ctx: LoopContext) -> TokenGrammar | None:
 
     local: Any = policy  # a masking policy has a tokenizer, eos_ids and vocab_size (LocalPolicy)
     grammar = ActionGrammar(tuple(ctx.tools), effective_prefix(ctx), tuple(sorted(local.eos_ids)))
-    compiled = TokenGrammar(grammar, local.tokenizer, int(local.vocab_size))
+    try:
+        compiled = TokenGrammar(grammar, local.tokenizer, int(local.vocab_size))
+    except ValueError as exc:  # e.g. a response_prefix that cannot start a reply, a tokenizer llguidance cannot read
+        if mode == "on":
+            raise ValueError(f"[rollout] constrain = 'on': {exc}") from exc
+        log.warning("planner replies sampled without a grammar (constrain = 'auto'): %s", exc)
+        return None
     log.info("planner replies constrained to %s", grammar.descriptor)
     return compiled

@@ -65,3 +65,14 @@ def test_the_recorded_constraint_is_the_one_applied_never_the_requested_one() ->
                                adapter_name="planner", adapter_version=0, max_turns=1, sampling=requested)
     free = LoopContext(policy=RemotePolicy(), tools={})
     assert applied_sampling(request, free) == R.SamplingParams(temperature=0.7)
+
+
+def test_a_prefix_that_cannot_start_a_reply_falls_back_on_auto_and_fails_on_on() -> None:
+    policy = LocalPolicy.from_model(build_tiny_model(), build_tiny_tokenizer())
+    try:
+        ctx = LoopContext(policy=policy, tools={"calculator": Calculator()}, response_prefix="Answer:")
+        assert build_constraint("auto", ctx) is None
+        with pytest.raises(ValueError, match="does not start a planner reply"):
+            build_constraint("on", ctx)
+    finally:
+        policy.close()
