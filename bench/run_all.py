@@ -35,14 +35,16 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "math_agreement": (["bench_math_agreement.py"], "Math judge: v1 (own parser) vs v2 (math-verify) on the case table"),
     "ab": (["bench_ab.py", "--runs", "1000"], "A/B test of adapter versions: error rates and groups to a decision "
            "(simulation of the decision core)"),
+    "constrain": (["bench_constrain.py", "--limit", "32", "--samples", "4", "--temperature", "0.7"],
+                  "Grammar-constrained planner replies vs free sampling + repair (`streamgrpo eval`, base SmolLM2)"),
     "trl": (["bench_trl.py"], "streamgrpo vs TRL GRPOTrainer, same model and budget"),
     "learning": (["bench_learning.py", "1800"], "Learning on the built-in tasks: `streamgrpo run` (defaults, 30 min), held-out accuracy before/after"),
     "vllm": (["bench_vllm.py", "--group-size", "8", "--max-new-tokens", "64", "--rounds", "3"],
              "Planner generation on a local vLLM server vs the local policy (SmolLM2-135M, N=8, CPU)"),
 }
-#: The long ones (12-25 min each) run only when named: `python bench/run_all.py trl learning`; so does `vllm`,
-#: which needs the optional server install (`make setup-vllm`).
-LONG = ("trl", "learning", "vllm")
+#: The long ones (12-25 min each) run only when named: `python bench/run_all.py trl learning constrain`; so does
+#: `vllm`, which needs the optional server install (`make setup-vllm`).
+LONG = ("trl", "learning", "vllm", "constrain")
 
 
 #: Reading notes added under a section (what the figures mean; not measured values).
@@ -109,6 +111,16 @@ NOTES: dict[str, str] = {
           "by ab_alpha; here it is measured) and the maximum duration hands the line over (`not_worse`) or "
           "restarts its test. `run_profile`: the same core cut at the ~4 canary groups a 240 s test gets in "
           "`streamgrpo run` on this 2-core CPU: there only guardrails and the maximum-duration verdict act.",
+    "constrain": "Base SmolLM2-135M (no adapter) on the first 32 built-in held-out tasks, rollout defaults "
+                 "(max_turns, response prefix, stop at the JSON end), each row its own `streamgrpo eval` process "
+                 "with `STREAMGRPO_ROLLOUT__CONSTRAIN` = `off` (free sampling, then repair: the behaviour before) "
+                 "or `auto` (the default: the local policy samples every reply under the planner grammar, "
+                 "models/grammar.py). `parse fail` is the share of planner actions that did not parse; "
+                 "`answered` the share of rollouts that ended with an answer (not at max_turns); `tokens/task` the "
+                 "planner tokens generated per task (free replies that never close, e.g. a tool name repeated, run "
+                 "to max_new_tokens). The grammar admits a tool call that carries an answer (read as the final "
+                 "answer by the parser): it is how the base model answers, and a first grammar without it took "
+                 "the greedy answered rate to 0. Accuracy after training with each setting is not measured here.",
     "rollout": "One worker, base SmolLM2 (v0), model-free executor/verifier. Both modes run on the same requests "
                "with the same sampling seed: `stop_at_json_end` (the default) ends a planner reply with the token "
                "that closes its JSON object; `run_to_eos_or_max` is the behaviour before, where the model kept "

@@ -113,6 +113,13 @@ class RolloutConfig(StrictModel):
                                  "reply (part of the state prompt; '' = none). '{\"' makes a small model emit JSON.")
     stop_at_json_end: bool = Field(True, description="End a planner reply with the token that closes its JSON "
                                    "object instead of running to EOS / max_new_tokens (the rest is never parsed).")
+    constrain: Literal["auto", "on", "off"] = Field(
+        "auto", description="Grammar-constrained planner replies (models/grammar.py): every sampled reply is "
+        "one JSON object calling a registered tool with a non-empty input, or answering. The behaviour logprobs "
+        "are those of the masked, renormalised distribution, SamplingParams.constraint records the grammar and "
+        "the trainer replays it. 'auto': where the policy can mask logits (local) and the grammar builds (a "
+        "warning otherwise), free sampling elsewhere (vLLM); 'on': refuse to start without it; 'off': free "
+        "sampling, then repair.")
     temperature: float = Field(0.7, gt=0, le=5, description="Planner temperature of `ask` (requests carry their own).")
     top_p: float = Field(1.0, gt=0, le=1, description="Planner nucleus mass of `ask`.")
     max_new_tokens: int = Field(64, ge=8, le=4096, description="Planner tokens per action in `ask`.")

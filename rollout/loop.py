@@ -25,11 +25,12 @@ sandboxing (tools own it; model-written code never runs in this process).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamgrpo import metrics
 from streamgrpo.avro import ids
@@ -44,6 +45,9 @@ from streamgrpo.rollout.roles.synthesiser import PassthroughSynthesiser, Synthes
 from streamgrpo.rollout.roles.types import Observation, QueryAnalysis, TurnRecord
 from streamgrpo.rollout.roles.verifier import RuleVerifier, VerdictDecision, Verifier
 from streamgrpo.rollout.tools.base import Tool
+
+if TYPE_CHECKING:
+    from streamgrpo.models.grammar import TokenGrammar
 
 #: Exceptions of model backends and tools that end a rollout as ERROR (anything else is a bug and propagates).
 MODEL_ERRORS: tuple[type[BaseException], ...] = (StreamGRPOError, RuntimeError, ValueError, OSError, TimeoutError)
@@ -73,6 +77,10 @@ class LoopContext:
     #: End each planner reply with the token that closes its JSON object (:mod:`.policy.stopping`);
     #: the recorded action is then exactly the object (plus that token's trailing characters, if any).
     stop_at_json_end: bool = True
+    #: Grammar every planner reply is sampled under (:mod:`streamgrpo.models.grammar`; built by
+    #: :func:`streamgrpo.rollout.runtime.build_constraint`), or None: free sampling. Its descriptor is
+    #: recorded as ``PlannerAction.sampling.constraint`` so the trainer replays the same masks.
+    constraint: TokenGrammar | None = None
 
 
 @dataclass(frozen=True)
@@ -205,7 +213,9 @@ def _plan_turn(
         try:
             prompts = [_prompt_ids(t, ctx, tool_lines) for t in trajs]
             stop = JsonObjectEnd(effective_prefix(ctx)) if ctx.stop_at_json_end else None
-            gens = ctx.policy.generate(prompts, sampling, adapter_name=name, adapter_version=version, stop=stop)
+            extra = {"logits_mask": ctx.constraint.logits_mask(len(prompts))} if ctx.constraint is not None else {}
+            gens = ctx.policy.generate(prompts, sampling, adapter_name=name, adapter_version=version, stop=stop,
+                                       **extra)
         except MODEL_ERRORS as exc:
             out.extend((t, f"planner generation failed at turn {turn}: {type(exc).__name__}: {exc}") for t in trajs)
             continue
@@ -225,7 +235,7 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
     sink(R.PlannerAction(
         envelope=traj.envelope(ctx.service, "planner_action", turn), prompt_token_ids=list(gen.prompt_token_ids),
         action_text=gen.text, action_token_ids=list(gen.token_ids), behaviour_logprobs=list(gen.logprobs),
-        adapter_name=gen.adapter_name, adapter_version=gen.adapter_version, sampling=req.sampling,
+        adapter_name=gen.adapter_name, adapter_version=gen.adapter_version, sampling=applied_sampling(req, ctx),
         parse_status=parsed.status, prompt_hash=planner.PROMPT_HASH, latency_ms=gen.latency_ms, engine=gen.engine,
         tool=step.tool if step is not None else None, is_final=bool(step is not None and step.is_final),
     ))
@@ -253,6 +263,14 @@ def _count_action(gen: Generation, status: R.ParseStatus) -> None:
     m.inc(metrics.PLANNER_ACTIONS, parse_status=status, engine=engine)
     m.inc(metrics.PLANNER_TOKENS, len(gen.token_ids), engine=engine)
     m.observe(metrics.PLANNER_DURATION, gen.latency_ms / 1000)
+
+
+def applied_sampling(req: R.RolloutRequest, ctx: LoopContext) -> R.SamplingParams:
+    """The request's sampling parameters with ``constraint`` = the grammar actually applied (None: none)."""
+    constraint = ctx.constraint.descriptor if ctx.constraint is not None else None
+    if req.sampling.constraint == constraint:
+        return req.sampling
+    return dataclasses.replace(req.sampling, constraint=constraint)
 
 
 def _execute(traj: _Trajectory, step: Any, ctx: LoopContext) -> Observation:

@@ -12,15 +12,22 @@ k8s/ deploys one).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.loop import LoopContext
+from streamgrpo.rollout.loop import LoopContext, effective_prefix
 from streamgrpo.rollout.policy.base import PlannerPolicy, TextModel
 from streamgrpo.rollout.roles.analyser import build_analyser
 from streamgrpo.rollout.roles.executor import build_executor
 from streamgrpo.rollout.roles.synthesiser import build_synthesiser
 from streamgrpo.rollout.roles.verifier import build_verifier
+
+if TYPE_CHECKING:
+    from streamgrpo.models.grammar import TokenGrammar
+
+log = logging.getLogger(__name__)
 
 
 def _local_policy(cfg: RolloutConfig) -> PlannerPolicy:
@@ -93,7 +100,7 @@ def build_context(cfg: RolloutConfig, policy: PlannerPolicy, text_model: TextMod
 
     tools = build_tools(settings=cfg.tools, context=ToolContext(generate=generate))
     kw = {"max_tokens": cfg.role_max_tokens}
-    return LoopContext(
+    ctx = LoopContext(
         policy=policy, tools=tools,
         analyser=build_analyser(cfg.analysis_mode, text_model, **kw),
         executor=build_executor(cfg.executor_mode, text_model, **kw),
@@ -103,3 +110,32 @@ def build_context(cfg: RolloutConfig, policy: PlannerPolicy, text_model: TextMod
         observation_clip=cfg.observation_clip, response_prefix=cfg.response_prefix,
         stop_at_json_end=cfg.stop_at_json_end,
     )
+    ctx.constraint = build_constraint(cfg.constrain, ctx)
+    return ctx
+
+
+def build_constraint(mode: str, ctx: LoopContext) -> TokenGrammar | None:
+    """The planner-reply grammar of ``ctx`` (its tools, forced prefix and policy vocabulary) for
+    ``[rollout] constrain`` = ``mode``; None when off, or on 'auto' with a policy that cannot mask."""
+    if mode == "off":
+        return None
+    policy = ctx.policy
+    if not policy.applies_logits_mask:
+        if mode == "on":
+            raise ValueError(f"[rollout] constrain = 'on' needs a policy that masks logits (policy 'local'); "
+                             f"{type(policy).__name__} cannot: set constrain to 'auto' or 'off'")
+        log.info("planner replies sampled without a grammar: %s cannot mask logits", type(policy).__name__)
+        return None
+    from streamgrpo.models.grammar import ActionGrammar, TokenGrammar
+
+    local: Any = policy  # a masking policy has a tokenizer, eos_ids and vocab_size (LocalPolicy)
+    grammar = ActionGrammar(tuple(ctx.tools), effective_prefix(ctx), tuple(sorted(local.eos_ids)))
+    try:
+        compiled = TokenGrammar(grammar, local.tokenizer, int(local.vocab_size))
+    except ValueError as exc:  # e.g. a response_prefix that cannot start a reply, a tokenizer llguidance cannot read
+        if mode == "on":
+            raise ValueError(f"[rollout] constrain = 'on': {exc}") from exc
+        log.warning("planner replies sampled without a grammar (constrain = 'auto'): %s", exc)
+        return None
+    log.info("planner replies constrained to %s", grammar.descriptor)
+    return compiled

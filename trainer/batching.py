@@ -8,12 +8,16 @@ computed over the WHOLE optimizer batch (per rollout first, then over rollouts: 
 shares of one loss and gradient accumulation is exact.
 
 Each row is recomputed with its own sample's temperature (``TrainingSample.sampling``; samples
-written before it existed use the configured temperature).
+written before it existed use the configured temperature), and, when it was sampled under a grammar
+(``sampling.constraint``, see :mod:`streamgrpo.models.grammar`), with the same allowed-token masks:
+``replay(constraint, action_ids)`` gives the bitmask before each action token (``Batch.grammar_bits``)
+and the recomputation sets the other tokens' logits to ``-inf`` before the log-softmax, as the
+sampler did, so the importance ratio compares the same (masked, renormalised) distributions.
 
 Admission (:func:`admit`): samples of another adapter, too stale (more than ``max_staleness``
 versions behind), malformed (logprob/token count mismatch, empty), too long, or sampled in a way the
 trainer cannot recompute (``sampling_mismatch``: greedy decoding, whose recorded logprobs are not
-those of the choice made, or a grammar ``constraint``, which the trainer does not replay) are
+those of the choice made, or a grammar ``constraint`` this code does not know or builds differently) are
 dropped and counted by reason; within the staleness bound the off-policy correction of the loss
 (``losses.correction``) handles them. ``top_p`` is accepted: the recorded logprobs are those of the
 full tempered distribution (the contract of ``SamplingParams``), exactly what is recomputed.
@@ -29,13 +33,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from streamgrpo.avro.records import SamplingParams, TrainingSample
+from streamgrpo.models.grammar import ActionGrammar
 from streamgrpo.trainer.losses.normalisation import build_normalisation, row_weights
 from streamgrpo.trainer.prefix import common_length
 
@@ -51,6 +56,10 @@ class Row:
     rollout: int  # index of the sample in the optimizer batch
     behaviour_version: int
     temperature: float = 1.0  # the sampling temperature the behaviour logprobs were recorded at
+    constraint: str | None = None  # the grammar the action was sampled under (SamplingParams.constraint)
+
+#: ``replay(constraint, action_ids) -> (A, W)`` int32 allowed-token bitmask before each action token
+Replay = Callable[[str, Sequence[int]], Tensor]
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,8 @@ class Batch:
     row_weights:       (B,)   float, aggregation weights of rows (sum to 1 over the optimizer batch)
     behaviour_version: (B,)   long
     temperature:       (B,)   float, each row's sampling temperature (recompute with it)
+    grammar_bits:      (B, A, W) int32, allowed-token bitmask before each of a row's A action tokens
+                       (all ones for unconstrained rows); (B, 0, 0) when no row is constrained
     """
 
     input_ids: Tensor
@@ -79,6 +90,7 @@ class Batch:
     row_weights: Tensor
     behaviour_version: Tensor
     temperature: Tensor
+    grammar_bits: Tensor
 
     @property
     def padded_tokens(self) -> int:
@@ -92,7 +104,10 @@ def sampling_mismatch(sampling: SamplingParams | None) -> str | None:
     if not (math.isfinite(sampling.temperature) and sampling.temperature > 0):
         return f"greedy or invalid temperature {sampling.temperature}: its logprobs are not those of the choice made"
     if sampling.constraint is not None:
-        return f"sampled under grammar constraint {sampling.constraint!r}, which the trainer does not replay"
+        try:
+            ActionGrammar.from_descriptor(sampling.constraint)
+        except ValueError as exc:
+            return f"sampled under grammar constraint {sampling.constraint!r}, which the trainer cannot replay: {exc}"
     return None
 
 
@@ -140,18 +155,36 @@ def to_rows(samples: Sequence[TrainingSample], max_seq_len: int, temperature: fl
     rows: list[Row] = []
     for index, s in enumerate(samples):
         temp = float(s.sampling.temperature) if s.sampling is not None else temperature
+        constraint = s.sampling.constraint if s.sampling is not None else None
         for turn in s.turns:
             if not turn.action_token_ids:
                 continue
             keep = max(1, max_seq_len - len(turn.action_token_ids))
             prompt = tuple(turn.prompt_token_ids[-keep:])
             rows.append(Row(prompt + tuple(turn.action_token_ids), len(prompt), tuple(turn.behaviour_logprobs),
-                            float(s.advantage), index, int(s.behaviour_version), temp))
+                            float(s.advantage), index, int(s.behaviour_version), temp, constraint))
     return rows
 
 
-def collate(rows: Sequence[Row], pad_id: int = 0) -> Batch:
-    """Pad ``rows`` into a :class:`Batch` with ZERO weights (see :func:`with_weights`)."""
+def grammar_bits(rows: Sequence[Row], replay: Replay | None) -> Tensor:
+    """``(B, A, W)`` int32 allowed-token bitmasks of the rows' action tokens (see :class:`Batch`)."""
+    constrained = {i: r for i, r in enumerate(rows) if r.constraint is not None}
+    if not constrained:
+        return torch.zeros((len(rows), 0, 0), dtype=torch.int32)
+    if replay is None:
+        raise ValueError("rows sampled under a grammar constraint need a replay function to recompute them")
+    masks = {i: replay(str(r.constraint), r.input_ids[r.prompt_len:]) for i, r in constrained.items()}
+    width = max(len(r.input_ids) - r.prompt_len for r in rows)
+    words = next(iter(masks.values())).shape[-1]
+    out = torch.full((len(rows), width, words), -1, dtype=torch.int32)
+    for i, bits in masks.items():
+        out[i, :bits.shape[0]] = bits
+    return out
+
+
+def collate(rows: Sequence[Row], pad_id: int = 0, replay: Replay | None = None) -> Batch:
+    """Pad ``rows`` into a :class:`Batch` with ZERO weights (see :func:`with_weights`); ``replay``
+    recomputes the grammar masks of constrained rows."""
     width = max(len(r.input_ids) for r in rows)
     b = len(rows)
     input_ids = torch.full((b, width), pad_id, dtype=torch.long)
@@ -172,6 +205,7 @@ def collate(rows: Sequence[Row], pad_id: int = 0) -> Batch:
         row_weights=torch.zeros(b, dtype=torch.float32),
         behaviour_version=torch.tensor([r.behaviour_version for r in rows], dtype=torch.long),
         temperature=torch.tensor([r.temperature for r in rows], dtype=torch.float32),
+        grammar_bits=grammar_bits(rows, replay),
     )
 
 
@@ -225,14 +259,14 @@ def plan_micro_batches(lengths: Sequence[int], token_budget: int,
 
 def build_batch(
     samples: Sequence[TrainingSample], *, max_seq_len: int, normalisation: str, max_tokens: int, pad_id: int = 0,
-    temperature: float = 1.0,
+    temperature: float = 1.0, replay: Replay | None = None,
 ) -> Batch:
     """Admitted samples of ONE optimizer step -> the weighted, padded :class:`Batch` (``temperature``:
-    for samples that record no sampling parameters)."""
+    for samples that record no sampling parameters; ``replay``: for samples sampled under a grammar)."""
     rows = to_rows(samples, max_seq_len, temperature)
     if not rows:
         raise ValueError("no trainable rows: admit() the samples first")
-    return with_weights(collate(rows, pad_id), len(samples), normalisation, max_tokens)
+    return with_weights(collate(rows, pad_id, replay), len(samples), normalisation, max_tokens)
 
 
 def micro_batches(batch: Batch, token_budget: int, share_prefix: bool = True) -> list[Batch]:

@@ -41,6 +41,8 @@ from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.heartbeat import Heartbeat
 from streamgrpo.models import adapter_store as store
+from streamgrpo.models.base import resolve_base_model
+from streamgrpo.models.grammar import GrammarReplay
 from streamgrpo.models.registry import AdapterRegistry
 from streamgrpo.topics.consumer import EventConsumer
 from streamgrpo.topics.dedup import RecentIds
@@ -79,6 +81,36 @@ class TrainerState:
     dropped: Counter[str] = field(default_factory=Counter)
     seen: RecentIds = field(default_factory=RecentIds)
     last_metrics: dict[str, float] = field(default_factory=dict)
+    replay: GrammarReplay | None = None  # built at the first sample sampled under a grammar
+
+
+def grammar_replay(state: TrainerState, cfg: TrainerConfig) -> GrammarReplay:
+    """The replay of grammar-constrained samples: the base model's tokenizer over the model's vocabulary."""
+    if state.replay is None:
+        from transformers import AutoTokenizer
+
+        path = resolve_base_model(cfg.base_model, cfg.model_cache)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+        except (OSError, ValueError) as exc:
+            raise TrainerError(f"samples were sampled under a grammar, and replaying it needs the tokenizer of "
+                               f"{cfg.base_model!r}, which {path} does not hold: {exc}") from exc
+        vocab = int(state.model.get_output_embeddings().weight.shape[0])
+        state.replay = GrammarReplay(tokenizer, vocab)
+    return state.replay
+
+
+def replay_error(sample: R.TrainingSample, replay: GrammarReplay) -> str | None:
+    """Why the turns of a grammar-constrained ``sample`` do not replay under its grammar (None: they do)."""
+    constraint = sample.sampling.constraint if sample.sampling is not None else None
+    if constraint is None:
+        return None
+    try:
+        for turn in sample.turns:
+            replay(constraint, turn.action_token_ids)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def build_training(cfg: TrainerConfig, path: Path | None) -> tuple[Any, torch.optim.Optimizer, Any]:
@@ -172,6 +204,11 @@ def accept(received: Received, state: TrainerState, cfg: TrainerConfig) -> tuple
     current = sample.behaviour_version if line is not None and ours else state.version  # staleness along the lineage
     reason = lineage_reason or drop_reason(sample, adapter_name=family, current_version=current,
                                            max_staleness=cfg.max_staleness, max_seq_len=cfg.max_seq_len)
+    if reason is None and sample.sampling is not None and sample.sampling.constraint is not None:
+        error = replay_error(sample, grammar_replay(state, cfg))
+        if error is not None:
+            log.warning("sample %s does not replay under its grammar: %s", sample.envelope.event_id, error)
+            reason = "sampling_mismatch"
     return (sample, None) if reason is None else (None, reason)
 
 
@@ -203,8 +240,10 @@ async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfi
 
 def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: TrainerConfig) -> dict[str, float]:
     """One optimizer step on ``samples`` (blocking; run it in a thread)."""
+    constrained = any(s.sampling is not None and s.sampling.constraint is not None for s in samples)
     batch = build_batch(samples, max_seq_len=cfg.max_seq_len, normalisation=cfg.normalisation,
-                        max_tokens=cfg.max_tokens, temperature=cfg.temperature)
+                        max_tokens=cfg.max_tokens, temperature=cfg.temperature,
+                        replay=grammar_replay(state, cfg) if constrained else None)
     step_cfg = StepConfig(loss=build_loss(cfg.loss), loss_config=cfg.loss_config(), max_grad_norm=cfg.max_grad_norm,
                           share_prefix=cfg.share_prefix)
     metrics = optimizer_step(state.model, state.optimizer, state.scheduler,

@@ -126,7 +126,8 @@ def load_policy(spec: ModelSpec, adapter_dir: Path | None = None) -> Any:
 
 
 def token_logprobs(model: Any, input_ids: Tensor, attention_mask: Tensor, temperature: float | Tensor,
-                   only: Tensor | None = None, share_prefix: bool = False) -> Tensor:
+                   only: Tensor | None = None, share_prefix: bool = False,
+                   grammar_bits: Tensor | None = None) -> Tensor:
     """(B, T) long, (B, T) long -> (B, T) float32: ``log_softmax(logits / temperature)`` of each token
     given the previous ones, over the full vocabulary; position 0 (no context) is 0. Rows are right-padded.
 
@@ -138,10 +139,24 @@ def token_logprobs(model: Any, input_ids: Tensor, attention_mask: Tensor, temper
     most of the memory and a sixth of the FLOPs of a 135M model). Same values within float rounding.
     ``share_prefix`` (with ``only``): compute each prompt prefix that several rows share once
     (:mod:`~streamgrpo.trainer.prefix`); same values and gradients within float rounding.
+    ``grammar_bits`` ((B, A, W) int32, with ``only``; see ``batching.Batch``): row ``b``'s ``j``-th ``only``
+    token is normalised over the tokens allowed by ``grammar_bits[b, j]`` (the others' logits are -inf
+    before the log-softmax), as a grammar-constrained sampler recorded it.
     """
     temps = _row_temperatures(temperature, input_ids)  # (B,)
+    constrained = grammar_bits is not None and grammar_bits.numel() > 0
+    if constrained and only is None:
+        raise ValueError("grammar_bits needs `only` (the action mask it is aligned with)")
     split = _decoder_and_head(model) if only is not None else None
     with P.compute_context(model):
+        if split is None and constrained:
+            assert only is not None and grammar_bits is not None
+            wanted = only[:, 1:].bool()
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1][wanted]  # (N, V)
+            logits = _allowed_only(logits.float() / temps[wanted.nonzero()[:, 0]][:, None], grammar_bits, wanted)
+            picked = logits.gather(-1, input_ids[:, 1:][wanted][:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
+            logp = torch.zeros(wanted.shape, dtype=picked.dtype, device=picked.device).masked_scatter(wanted, picked)
+            return torch.nn.functional.pad(logp, (1, 0))
         if split is None:
             logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
             logits = logits[:, :-1].float() / temps[:, None, None]
@@ -162,10 +177,26 @@ def token_logprobs(model: Any, input_ids: Tensor, attention_mask: Tensor, temper
             head_dtype = next(head.parameters()).dtype
             row_temps = temps[wanted.nonzero()[:, 0]]  # (N,)
             logits = head(hidden.to(head_dtype)).float() / row_temps[:, None]  # (N, V)
+            if constrained:
+                assert grammar_bits is not None
+                logits = _allowed_only(logits, grammar_bits, wanted)
             targets = input_ids[:, 1:][wanted]
             picked = logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (N,)
     logp = torch.zeros(wanted.shape, dtype=picked.dtype, device=picked.device).masked_scatter(wanted, picked)
     return torch.nn.functional.pad(logp, (1, 0))
+
+
+def _allowed_only(logits: Tensor, grammar_bits: Tensor, wanted: Tensor) -> Tensor:
+    """``(N, V)`` logits of the ``wanted`` ((B, T-1) bool) positions, row-major, with the tokens that
+    ``grammar_bits`` ((B, A, W)) disallows at each set to -inf (a row's j-th wanted position <- bits[b, j])."""
+    from streamgrpo.models.grammar import unpack
+
+    counts = wanted.sum(dim=1)  # (B,)
+    if int(counts.max()) > grammar_bits.shape[1]:
+        raise ValueError(f"grammar_bits cover {grammar_bits.shape[1]} action tokens, a row has {int(counts.max())}")
+    aligned = torch.arange(grammar_bits.shape[1], device=counts.device)[None] < counts[:, None]  # (B, A)
+    allowed = unpack(grammar_bits.to(logits.device)[aligned.to(logits.device)], logits.shape[-1])  # (N, V)
+    return logits.masked_fill(~allowed, float("-inf"))
 
 
 def _row_temperatures(temperature: float | Tensor, input_ids: Tensor) -> Tensor:

@@ -44,7 +44,7 @@ class StepConfig:
 def _logp(model: Any, mb: Batch, cfg: StepConfig) -> torch.Tensor:
     """(B, T): the policy's log-probs of the action tokens (0 elsewhere), each row at its temperature."""
     return token_logprobs(model, mb.input_ids, mb.attention_mask, mb.temperature, only=mb.action_mask,
-                          share_prefix=cfg.share_prefix)
+                          share_prefix=cfg.share_prefix, grammar_bits=mb.grammar_bits)
 
 
 def _reference_logp(model: Any, mb: Batch, cfg: StepConfig) -> torch.Tensor:

@@ -20,12 +20,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from streamgrpo.avro import records as R
 from streamgrpo.rollout.errors import AdapterInUseError
 from streamgrpo.rollout.policy.residency import AdapterSlots
 from streamgrpo.rollout.policy.stopping import JsonObjectEnd
+
+if TYPE_CHECKING:
+    from streamgrpo.rollout.policy.sampling import LogitsMask
 
 #: Version number meaning "the base model, no adapter".
 BASE_VERSION = 0
@@ -65,6 +68,10 @@ class PlannerPolicy(ABC):
     resident; older ones are evicted after a load or an unpin unless they are pinned by in-flight
     work (:meth:`pin` / :meth:`pinned`) or protected (:meth:`protect`, e.g. the primary version).
     """
+
+    #: Whether :meth:`generate` applies a ``logits_mask`` (grammar-constrained decoding); backends that
+    #: cannot raise :class:`~streamgrpo.rollout.errors.PolicyError` when given one.
+    applies_logits_mask: bool = False
 
     def __init__(self, keep_last: int = 4) -> None:
         self._slots = AdapterSlots(keep_last)
@@ -114,11 +121,14 @@ class PlannerPolicy(ABC):
         adapter_name: str,
         adapter_version: int,
         stop: JsonObjectEnd | None = None,
+        logits_mask: LogitsMask | None = None,
     ) -> list[Generation]:
         """Sample one continuation per prompt, in ONE batched call; ``prompts`` may repeat.
 
         ``stop``: end each continuation with the token that closes its JSON object (see
         :mod:`.stopping`); ``token_ids``, ``logprobs`` and ``text`` then stop there.
+        ``logits_mask``: the per-row allowed-token hook of :mod:`.sampling` (only where
+        :attr:`applies_logits_mask`); the logprobs are then those of the masked, renormalised distribution.
 
         Raises :class:`~streamgrpo.rollout.errors.AdapterNotResidentError` if
         ``adapter_version`` (> 0) is not resident; version 0 is always the base model.

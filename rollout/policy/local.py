@@ -65,6 +65,8 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
 class LocalPolicy(PlannerPolicy):
     """Transformers + peft planner policy (see module docstring)."""
 
+    applies_logits_mask = True
+
     def __init__(
         self,
         model_name_or_path: str = "smollm2-135m-instruct",
@@ -129,6 +131,11 @@ class LocalPolicy(PlannerPolicy):
             self._fast = FastEngine(LeanLlama(self._base), prefix_cache_tokens=prefix_cache_tokens)
         log.info("local policy: %s engine, %s%s", "fast" if self._fast else "eager", dtype_name(self.dtype),
                  "" if reason is None else f" ({reason})")
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the model's logits (a logits mask has this many entries)."""
+        return int(self._base.get_output_embeddings().weight.shape[0])
 
     @property
     def engine(self) -> str:

@@ -43,6 +43,11 @@ Loading an adapter: any 4xx, and a 500 (vLLM's worker refusing it, e.g. a rank a
 ``--max-lora-rank``), is a final :class:`AdapterLoadError`; only 502-504 and transport errors retry.
 The API key is a ``SecretStr`` and is never logged.
 
+Grammar-constrained replies (``logits_mask``): not applied here; :meth:`VLLMPolicy.generate` refuses
+a mask, and ``constrain = "auto"`` samples vLLM replies freely (recorded with ``constraint`` null).
+vLLM's own guided decoding (``structured_outputs``) is not wired: whether its processed logprobs
+are those of the grammar-masked distribution is unverified here.
+
 Not covered: streaming, per-row seeds, prompt logprobs, multi-LoRA batches in one request,
 re-verifying an adapter's sha256 when it is reloaded after a server restart (the store's versions
 are immutable; the follower verified it before the first load).
@@ -54,7 +59,7 @@ import functools
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import SecretStr
@@ -68,6 +73,9 @@ from streamgrpo.rollout.errors import (
 )
 from streamgrpo.rollout.policy.base import BASE_VERSION, Generation, PlannerPolicy, served_name
 from streamgrpo.rollout.policy.stopping import JsonObjectEnd
+
+if TYPE_CHECKING:
+    from streamgrpo.rollout.policy.sampling import LogitsMask
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +271,11 @@ class VLLMPolicy(PlannerPolicy):
         return [int(t) for t in response.json()["tokens"]]
 
     def generate(self, prompts: list[list[int]], sampling: R.SamplingParams, *, adapter_name: str,
-                 adapter_version: int, stop: JsonObjectEnd | None = None) -> list[Generation]:
+                 adapter_version: int, stop: JsonObjectEnd | None = None,
+                 logits_mask: LogitsMask | None = None) -> list[Generation]:
+        if logits_mask is not None:
+            raise PolicyError("the vLLM policy cannot apply a logits mask (grammar-constrained decoding); "
+                              "set [rollout] constrain to 'auto' or 'off'")
         if not prompts:
             return []
         if sampling.top_p < 1.0 and not self._warned_top_p:

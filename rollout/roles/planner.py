@@ -6,6 +6,10 @@ and replies with ONE JSON object: call one tool (``{"tool": ..., "input": ...}``
 SmolLM2-135M has a 2k context): one line per tool, one compact example, and only the most recent
 steps with clipped observations (:func:`build_messages` drops older steps to fit a token budget).
 
+With ``[rollout] constrain`` on (the default for the local policy) the reply is sampled under the
+planner grammar (:mod:`streamgrpo.models.grammar`, built from the registered tools), so it always
+parses; :func:`parse` still repairs free replies (vLLM, ``constrain = "off"``).
+
 What is covered: prompt building and parsing of the planner's output.
 What is not covered: generation (the policy backend) and what happens after the decision (loop).
 """

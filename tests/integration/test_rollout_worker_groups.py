@@ -9,6 +9,7 @@ silent fallback to the base model).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import defaultdict
 
 import pytest
@@ -87,7 +88,9 @@ def test_worker_emits_complete_event_sets_for_two_groups(kafka_ns: KafkaSettings
         for a in actions:
             assert len(a.action_token_ids) == len(a.behaviour_logprobs) > 0
             assert a.prompt_token_ids and a.adapter_name == "planner" and a.adapter_version == 0
-            assert a.sampling == req.sampling
+            # the request's sampling, with the planner grammar the local policy applied (constrain=auto)
+            assert ctx.constraint is not None
+            assert a.sampling == dataclasses.replace(req.sampling, constraint=ctx.constraint.descriptor)
             assert a.envelope.event_id == ids.derived_id("planner_action", rid, a.envelope.turn)
         tool_turns = [a.envelope.turn for a in actions if a.tool and not a.is_final]
         assert sorted(o.envelope.turn for o in got["tool-observations"]) == tool_turns
@@ -150,9 +153,10 @@ def test_resident_adapter_serves_the_group_and_is_pinned_while_it_runs(kafka_ns:
     ctx = build_context(cfg, policy)
     original = ctx.policy.generate
 
-    def generate_and_watch(prompts, sampling, *, adapter_name, adapter_version, stop=None):
+    def generate_and_watch(prompts, sampling, *, adapter_name, adapter_version, stop=None, logits_mask=None):
         pins_seen.append(policy._slots.pin_count(adapter_name, adapter_version))
-        return original(prompts, sampling, adapter_name=adapter_name, adapter_version=adapter_version, stop=stop)
+        return original(prompts, sampling, adapter_name=adapter_name, adapter_version=adapter_version, stop=stop,
+                        logits_mask=logits_mask)
 
     ctx.policy.generate = generate_and_watch  # observe the real policy's pin state; generation is unchanged
     producer = EventProducer(kafka_ns, cfg.service)
