@@ -41,7 +41,7 @@ def _vllm_policy(cfg: RolloutConfig) -> PlannerPolicy:
     from streamgrpo.models.base import resolve_base_model
     from streamgrpo.rollout.policy.vllm import VLLMPolicy
 
-    tokenizer = str(resolve_base_model(cfg.model, cfg.model_cache_dir))  # local: cuts replies from token ids
+    tokenizer = str(resolve_base_model(cfg.model, cfg.model_cache))  # local: cuts replies from token ids
     policy = VLLMPolicy(base_url=cfg.vllm_url, model=cfg.vllm_model or cfg.model, api_key=cfg.vllm_api_key,
                         tokenizer=tokenizer, keep_last=cfg.keep_resident, dtype=cfg.vllm_dtype)
     policy.wait_ready(cfg.vllm_wait_s)  # a worker may start before its server has loaded the model

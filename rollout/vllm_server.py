@@ -144,7 +144,7 @@ def resolved_command(cfg: RolloutConfig, environ: Mapping[str, str]) -> tuple[li
     """(argv, env) of the server for ``cfg``: finds the python and the converted base model."""
     from streamgrpo.models.base import resolve_base_model
 
-    model_dir = resolve_base_model(cfg.model, cfg.model_cache_dir)
+    model_dir = resolve_base_model(cfg.model, cfg.model_cache)
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
     return server_command(cfg, str(find_python(cfg)), str(model_dir)), server_env(cfg, environ, cpus)
 

@@ -44,10 +44,10 @@ def test_run_with_the_vllm_policy_serves_published_adapters(kafka_ns: KafkaSetti
     cfg = tmp_path / "streamgrpo.toml"
     cfg.write_text(
         f'[kafka]\ntopic_prefix = "{kafka_ns.topic_prefix}"\nsession_timeout_ms = 3000\n\n'
-        "[loop]\nmax_turns = 2\nsamples_per_step = 4\n\n"
+        f'[loop]\nmax_turns = 2\nsamples_per_step = 4\nmodel_cache = "{model_cache}"\n\n'
         "[streams]\nmax_new_tokens = 40\ngroup_timeout_s = 300.0\n\n"
-        f'[trainer]\npublish_every = 1\nmodel_cache_dir = "{model_cache}"\n\n'
-        f'[rollout]\nconcurrency = 1\nmodel_cache_dir = "{model_cache}"\nvllm_kv_cache_gib = 1\n'
+        "[trainer]\npublish_every = 1\n\n"
+        "[rollout]\nconcurrency = 1\nvllm_kv_cache_gib = 1\n"
     )
     home = tmp_path / "home"
     env = dict(os.environ, STREAMGRPO_CONFIG=str(cfg))
