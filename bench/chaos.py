@@ -4,7 +4,7 @@ audit of the topics (rules in tests/support/chaos.py). Prints one JSON object pe
 audit; ``lost`` is the figure that must be 0).
 
 Usage: python bench/chaos.py [--chaos-s 180] [--drain-s 90] [--interval 4 8] [--seed 0] [--runs 1]
-       [--tasks 100] [--group-size 4] [--group-timeout-s 60]
+       [--tasks 800] [--group-size 4] [--group-timeout-s 60] [--min-uptime-s 15] [--warmup-s 30] [--keep]
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def main() -> None:
     ap.add_argument("--interval", type=float, nargs=2, default=(4.0, 8.0), help="seconds between kills (uniform)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", type=int, default=1, help="runs, seeds seed..seed+runs-1")
-    ap.add_argument("--tasks", type=int, default=100)
+    ap.add_argument("--tasks", type=int, default=800, help="tasks submitted (enough to keep the loop busy)")
+    ap.add_argument("--min-uptime-s", type=float, default=15.0, help="a child is killed only after this long alive")
+    ap.add_argument("--warmup-s", type=float, default=30.0, help="no kill in the first seconds")
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--group-timeout-s", type=float, default=60.0)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs of every child)")
@@ -48,7 +50,8 @@ def main() -> None:
             ensure(kafka)
             result = run_chaos(kafka, base, work / f"run{i}", chaos_s=args.chaos_s, drain_s=args.drain_s,
                                interval_s=tuple(args.interval), seed=args.seed + i,
-                               group_timeout_s=args.group_timeout_s, tasks=args.tasks, group_size=args.group_size)
+                               group_timeout_s=args.group_timeout_s, tasks=args.tasks, group_size=args.group_size,
+                               min_uptime_s=args.min_uptime_s, warmup_s=args.warmup_s)
             result.pop("output_tail")
             print(json.dumps({"run": i, "work": str(work / f"run{i}"), **result}), flush=True)
     if not args.keep:

@@ -3,8 +3,8 @@
 :class:`ChaosMonkey` is a thread that, every few seconds (uniform in ``interval_s``), picks one live service
 child of the ``streamgrpo run`` process (streams, judge, rollout, trainer; never the broker) at random and
 SIGKILLs its whole process group, as a pod or machine death would; ``streamgrpo run``'s supervisor restarts it.
-A child is only chosen once it has been seen alive for ``min_uptime_s`` (a kill during its import is not a
-new case).
+No kill in the first ``warmup_s`` seconds (the services load), and a child is only chosen once it has been seen
+alive for ``min_uptime_s`` (a child killed again while it still loads its model tests nothing new).
 
 :func:`audit` is the pure check of what the topics hold afterwards (records as :func:`read_topic` returns
 them), with these rules:
@@ -82,13 +82,14 @@ def _children(pid: int) -> list[int]:
 
 
 class ChaosMonkey(threading.Thread):
-    """Kills a random service child of ``run_pid`` every ``interval_s`` seconds for ``duration_s`` seconds."""
+    """Kills a random service child of ``run_pid`` every ``interval_s`` seconds until ``duration_s`` seconds."""
 
     def __init__(self, run_pid: int, duration_s: float, interval_s: tuple[float, float] = (4.0, 8.0),
-                 seed: int = 0, services: tuple[str, ...] = SERVICES, min_uptime_s: float = 5.0) -> None:
+                 seed: int = 0, services: tuple[str, ...] = SERVICES, min_uptime_s: float = 20.0,
+                 warmup_s: float = 30.0) -> None:
         super().__init__(name="chaos-monkey", daemon=True)
         self.run_pid, self.duration_s, self.interval_s = run_pid, duration_s, interval_s
-        self.services, self.min_uptime_s = services, min_uptime_s
+        self.services, self.min_uptime_s, self.warmup_s = services, min_uptime_s, warmup_s
         self.rng = random.Random(seed)
         self.kills: list[Kill] = []
         self.stop_event = threading.Event()
@@ -100,6 +101,8 @@ class ChaosMonkey(threading.Thread):
             now = time.monotonic()
             if now - started >= self.duration_s:
                 return
+            if now - started < self.warmup_s:
+                continue
             ready = []
             for name, pid in service_children(self.run_pid, self.services):
                 self._first_seen.setdefault(pid, now)
@@ -282,7 +285,7 @@ def _lineage(records: list[Received], samples: dict[tuple[int, int], str], out: 
 
 def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain_s: float,
               interval_s: tuple[float, float] = (4.0, 8.0), seed: int = 0, group_timeout_s: float = 60.0,
-              tasks: int = 100, group_size: int = 4) -> dict[str, Any]:
+              tasks: int = 400, group_size: int = 4, min_uptime_s: float = 20.0, warmup_s: float = 30.0) -> dict[str, Any]:
     """``streamgrpo run`` of ``base_model`` on ``kafka`` (an existing broker + topic prefix) under a ChaosMonkey for
     ``chaos_s`` s, then ``drain_s`` s without kills; returns the kills, the run's restarts and the audit."""
     import json
@@ -311,7 +314,7 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
             "--no-final-eval"]
     with open(work / "run.out", "wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        monkey = ChaosMonkey(proc.pid, chaos_s, interval_s, seed)
+        monkey = ChaosMonkey(proc.pid, chaos_s, interval_s, seed, min_uptime_s=min_uptime_s, warmup_s=warmup_s)
         monkey.start()
         try:
             rc = proc.wait(timeout=chaos_s + drain_s + 300)
@@ -326,5 +329,6 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
     restarts = json.loads(summaries[-1].read_text()).get("restarts", {}) if summaries else {}
     return {"returncode": rc, "kills": len(monkey.kills), "kills_by_service": monkey.summary(),
             "kill_log": [asdict(k) for k in monkey.kills], "restarts": restarts, "audit": result.as_dict(),
-            "chaos_s": chaos_s, "drain_s": drain_s, "interval_s": list(interval_s), "seed": seed,
+            "chaos_s": chaos_s, "drain_s": drain_s, "interval_s": list(interval_s), "seed": seed, "tasks": tasks,
+            "min_uptime_s": min_uptime_s, "warmup_s": warmup_s,
             "output_tail": (work / "run.out").read_text(errors="replace")[-3000:]}
