@@ -15,8 +15,9 @@ them), with these rules:
   a group requested but not closed is ``in_flight`` if its first request is younger than
   ``group_timeout_s + grace_s`` at ``end_ms``, else it is LOST;
 - groups -> samples: a group closed with ``trains`` must have ``samples`` distinct TrainingSample ids
-  (one per rollout; repeated copies counted); fewer is LOST; rollouts a TIMED_OUT group missed are LOST
-  rollouts (a killed worker's request is redelivered, so none should be missing);
+  (one per rollout; repeated copies counted); fewer is LOST. A rollout a TIMED_OUT group missed is ``late``
+  if its RolloutCompleted is on ``rollouts`` (its worker was down past ``group_timeout_s``: the group was scored
+  without it, by design), else LOST (a killed worker's request is redelivered, so it must complete);
 - samples -> adapters (lineage): on every partition of ``training-samples`` the published lineages cover
   disjoint ranges (an offset in two versions: trained twice) without gaps (an offset skipped: LOST); a
   sample past the last range is ``pending`` (not yet in a published adapter). Copies of one sample id
@@ -45,7 +46,7 @@ from streamgrpo.avro import records as R
 from streamgrpo.topics.received import Received
 
 SERVICES = ("streams", "judge", "rollout", "trainer")
-AUDITED_TOPICS = ("tasks", "rollout-requests", "groups", "training-samples", "adapter-events", "dead-letters")
+AUDITED_TOPICS = ("tasks", "rollout-requests", "rollouts", "groups", "training-samples", "adapter-events", "dead-letters")
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class Audit:
     in_flight: int = 0
     lost_groups: list[str] = field(default_factory=list)
     timed_out_groups: int = 0
+    late_rollouts: int = 0
     lost_rollouts: int = 0
     trained_groups: int = 0
     samples: int = 0
@@ -171,6 +173,13 @@ def audit(records: dict[str, list[Received]], *, end_ms: int, group_timeout_s: f
     closures = _closures(events["groups"], out)
     _tasks_to_groups(events["tasks"], events["rollout-requests"], closures, out,
                      end_ms - int(1000 * (group_timeout_s + grace_s)))
+    completed = {str(r.event.envelope.rollout_id) for r in events["rollouts"] if r.event is not None}
+    for gc in closures.values():
+        if gc.status == R.GroupStatus.TIMED_OUT:
+            out.timed_out_groups += 1
+            late = sum(1 for rid in gc.missing_rollout_ids if rid in completed)
+            out.late_rollouts += late
+            out.lost_rollouts += len(gc.missing_rollout_ids) - late
     samples = _groups_to_samples(events["training-samples"], closures, out)
     _lineage(events["adapter-events"], samples, out)
     out.dead_letters = dict(Counter(e.event.reason_code for e in events["dead-letters"]
@@ -215,10 +224,6 @@ def _tasks_to_groups(tasks: list[Received], requests: list[Received], closures: 
         else:
             out.lost_groups.append(gid)
     out.closed_without_task = sorted(set(closures) - task_groups)
-    for gc in closures.values():
-        if gc.status == R.GroupStatus.TIMED_OUT:
-            out.timed_out_groups += 1
-            out.lost_rollouts += len(gc.missing_rollout_ids)
 
 
 def _groups_to_samples(records: list[Received], closures: dict[str, R.GroupClosed],

@@ -109,6 +109,18 @@ def test_a_repeated_sample_must_be_dropped_as_a_duplicate() -> None:
     assert dropped.lost == 0 and dropped.sample_repeats == 1
 
 
+def test_a_rollout_a_timed_out_group_missed_is_late_if_it_completed_else_lost() -> None:
+    gid = ids.group_id("b")
+    timed_out = R.GroupClosed(R.Envelope.new("s", task_id="b", group_id=gid, event_id=ids.group_closed_id(gid)),
+                              R.GroupStatus.TIMED_OUT, 2, 0, 0.0, 0.0, "grpo", False, "timed_out", 0,
+                              missing_rollout_ids=[ids.rollout_id(gid, 0), ids.rollout_id(gid, 1)], samples=0)
+    completed = R.RolloutCompleted(R.Envelope.new("w", task_id="b", group_id=gid, rollout_id=ids.rollout_id(gid, 0)),
+                                   "q", "math", "1", 1, R.RolloutStatus.ANSWERED, 2, "planner", 0, 5)
+    a = audit(_history(groups=_rec("groups", [_closed("a"), timed_out]), rollouts=_rec("rollouts", [completed])),
+              end_ms=NOW_MS, group_timeout_s=60)
+    assert (a.timed_out_groups, a.late_rollouts, a.lost_rollouts, a.lost) == (1, 1, 1, 1)
+
+
 def test_two_different_closures_of_one_group_conflict() -> None:
     groups = _rec("groups", [_closed("a"), _closed("a", event_id="other"), _closed("b", trains=False)])
     a = audit(_history(groups=groups), end_ms=NOW_MS, group_timeout_s=60)
