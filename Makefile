@@ -64,7 +64,7 @@ test-e2e: setup ## Slow end-to-end tests on SmolLM2 (also run by CI)
 test-all: test test-e2e ## Both suites
 
 FUZZ_EXAMPLES ?= 1000
-reliability: setup ## Reliability campaign, bounded (~10 min): fuzzing at FUZZ_EXAMPLES examples per property, then the chaos audit (RELIABILITY.md)
+reliability: setup ## Reliability campaign, bounded (~7 min): fuzzing at FUZZ_EXAMPLES examples per property, then the chaos audit (RELIABILITY.md)
 	STREAMGRPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTEST) -q -p no:cacheprovider tests/unit/fuzz
 	$(PYTEST) -q -m slow tests/e2e/test_chaos.py
 
