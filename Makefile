@@ -9,7 +9,7 @@ PYTEST := $(BIN)/python -m pytest
 .DEFAULT_GOAL := help
 SYSTEM_PACKAGES := bubblewrap python3 python3-sympy python3-numpy
 
-.PHONY: help setup setup-vllm system-deps install run test test-e2e test-all bench bench-long lint fmt schemas-check schemas-release k8s-validate clean broker-up broker-down
+.PHONY: help setup setup-vllm system-deps install run test test-e2e test-all reliability bench bench-long lint fmt schemas-check schemas-release k8s-validate clean broker-up broker-down
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
@@ -62,6 +62,11 @@ test-e2e: setup ## Slow end-to-end tests on SmolLM2 (also run by CI)
 	$(PYTEST) -m slow -q
 
 test-all: test test-e2e ## Both suites
+
+FUZZ_EXAMPLES ?= 1000
+reliability: setup ## Reliability campaign, bounded (~7 min): fuzzing at FUZZ_EXAMPLES examples per property, then the chaos audit (RELIABILITY.md)
+	STREAMGRPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTEST) -q -p no:cacheprovider tests/unit/fuzz
+	$(PYTEST) -q -m slow tests/e2e/test_chaos.py
 
 bench: setup ## Benchmarks (codec, broker, streams, generation, rollout, trainer step, search, math judge agreement); results go to BENCHMARKS.md
 	$(BIN)/python bench/run_all.py

@@ -56,7 +56,10 @@ class Window:
         groups: Any = faust.Schema(key_serializer="json", value_serializer="json")
         actions: Any = faust.Schema(key_serializer="json", value_serializer="raw")
         self.groups = ctx.app.Table("window-groups", default=None, partitions=parts, schema=groups)
-        self.actions = ctx.app.Table("window-actions", default=None, partitions=parts, schema=actions)
+        # value_type=bytes: Faust derives a table's changelog serializers from value_type, not from schema (with
+        # json the raw Avro values did not decode on recovery; a restarted worker lost every stored action)
+        self.actions = ctx.app.Table("window-actions", default=None, partitions=parts, schema=actions,
+                                     value_type=bytes)
         self.ticks = ctx.topic(TICKS, internal=True, partitions=parts)
         self.source = ctx.topic("rewards", "planner-actions", "rollouts", TICKS, internal=True, partitions=parts)
         self.ticked: dict[str, float] = {}

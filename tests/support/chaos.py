@@ -1,0 +1,339 @@
+"""Chaos campaign helpers: SIGKILL random service children of a live ``streamgrpo run``, then audit the topics.
+
+:class:`ChaosMonkey` is a thread that, every few seconds (uniform in ``interval_s``), picks one live service
+child of the ``streamgrpo run`` process (streams, judge, rollout, trainer; never the broker) at random and
+SIGKILLs its whole process group, as a pod or machine death would; ``streamgrpo run``'s supervisor restarts it.
+No kill in the first ``warmup_s`` seconds (the services load), and a child is only chosen once it has been seen
+alive for ``min_uptime_s`` (a child killed again while it still loads its model tests nothing new).
+
+:func:`audit` is the pure check of what the topics hold afterwards (records as :func:`read_topic` returns
+them), with these rules:
+
+- tasks -> groups: each Task's group (``ids.group_id(task_id, attempt)``) is closed by exactly one
+  GroupClosed id (at-least-once: repeated copies of that same id are counted, not errors; two different
+  closures of one group are). A task whose group was never requested is ``queued`` (admission held it);
+  a group requested but not closed is ``in_flight`` if its first request is younger than
+  ``group_timeout_s + grace_s`` at ``end_ms``, else it is LOST;
+- groups -> samples: a group closed with ``trains`` must have ``samples`` distinct TrainingSample ids
+  (one per rollout; repeated copies counted); fewer is LOST. A rollout a TIMED_OUT group missed is ``late``
+  if its RolloutCompleted is on ``rollouts`` (its worker was down past ``group_timeout_s``: the group was scored
+  without it, by design), else LOST (a killed worker's request is redelivered, so it must complete);
+- samples -> adapters (lineage): on every partition of ``training-samples`` the published lineages cover
+  disjoint ranges (an offset in two versions: trained twice) without gaps (an offset skipped: LOST); a
+  sample past the last range is ``pending`` (not yet in a published adapter). Copies of one sample id
+  consumed in the lineages are ``repeats``; each must be dropped as a duplicate by the trainer: the
+  repeats of a version beyond its ``dropped_duplicate`` metric are reported as ``undeduplicated_repeats``
+  (trained twice unless dropped for another reason, e.g. stale).
+
+Not covered: several adapter names in one run, rollbacks (lineage then continues from the primary),
+compacted or transactional topics.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamgrpo.avro import ids
+from streamgrpo.avro import records as R
+from streamgrpo.topics.received import Received
+
+SERVICES = ("streams", "judge", "rollout", "trainer")
+AUDITED_TOPICS = ("tasks", "rollout-requests", "rollouts", "groups", "training-samples", "adapter-events", "dead-letters")
+
+
+@dataclass(frozen=True)
+class Kill:
+    at_s: float  # seconds since the monkey started
+    service: str
+    pid: int
+
+
+def service_children(run_pid: int, services: tuple[str, ...] = SERVICES) -> list[tuple[str, int]]:
+    """(service, pid) of the live ``python -m streamgrpo.cli <service>`` children of ``run_pid`` (from /proc)."""
+    out = []
+    for pid in _children(run_pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if "streamgrpo.cli" in args and args.index("streamgrpo.cli") + 1 < len(args):
+            name = args[args.index("streamgrpo.cli") + 1]
+            if name in services:
+                out.append((name, pid))
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    pids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return pids
+
+
+class ChaosMonkey(threading.Thread):
+    """Kills a random service child of ``run_pid`` every ``interval_s`` seconds until ``duration_s`` seconds."""
+
+    def __init__(self, run_pid: int, duration_s: float, interval_s: tuple[float, float] = (4.0, 8.0),
+                 seed: int = 0, services: tuple[str, ...] = SERVICES, min_uptime_s: float = 20.0,
+                 warmup_s: float = 30.0) -> None:
+        super().__init__(name="chaos-monkey", daemon=True)
+        self.run_pid, self.duration_s, self.interval_s = run_pid, duration_s, interval_s
+        self.services, self.min_uptime_s, self.warmup_s = services, min_uptime_s, warmup_s
+        self.rng = random.Random(seed)
+        self.kills: list[Kill] = []
+        self.stop_event = threading.Event()
+        self._first_seen: dict[int, float] = {}
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self.stop_event.wait(self.rng.uniform(*self.interval_s)):
+            now = time.monotonic()
+            if now - started >= self.duration_s:
+                return
+            if now - started < self.warmup_s:
+                continue
+            ready = []
+            for name, pid in service_children(self.run_pid, self.services):
+                self._first_seen.setdefault(pid, now)
+                if now - self._first_seen[pid] >= self.min_uptime_s:
+                    ready.append((name, pid))
+            if not ready:
+                continue
+            name, pid = self.rng.choice(sorted(ready))
+            try:
+                os.killpg(pid, signal.SIGKILL)  # the child leads its own session (start_new_session)
+            except ProcessLookupError:
+                continue
+            self.kills.append(Kill(round(now - started, 1), name, pid))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)
+
+    def summary(self) -> dict[str, int]:
+        return dict(Counter(k.service for k in self.kills))
+
+
+@dataclass
+class Audit:
+    """What the topics hold after a chaos run (see the module docstring for the rules)."""
+
+    tasks: int = 0
+    groups_closed: int = 0
+    closure_repeats: int = 0
+    conflicting_closures: list[str] = field(default_factory=list)
+    closed_without_task: list[str] = field(default_factory=list)
+    queued: int = 0
+    in_flight: int = 0
+    lost_groups: list[str] = field(default_factory=list)
+    timed_out_groups: int = 0
+    late_rollouts: int = 0
+    lost_rollouts: int = 0
+    trained_groups: int = 0
+    samples: int = 0
+    sample_repeats: int = 0
+    missing_samples: list[str] = field(default_factory=list)
+    versions: int = 0
+    samples_in_lineage: int = 0
+    samples_pending: int = 0
+    lineage_overlaps: list[str] = field(default_factory=list)
+    lineage_gaps: list[str] = field(default_factory=list)
+    repeats_consumed: int = 0
+    undeduplicated_repeats: int = 0
+    dropped: dict[str, float] = field(default_factory=dict)
+    dead_letters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lost(self) -> int:
+        """Everything the rules call lost or trained twice (target 0)."""
+        return (len(self.lost_groups) + self.lost_rollouts + len(self.missing_samples) + len(self.lineage_gaps)
+                + len(self.lineage_overlaps) + self.undeduplicated_repeats + len(self.conflicting_closures))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "lost": self.lost}
+
+
+def audit(records: dict[str, list[Received]], *, end_ms: int, group_timeout_s: float,
+          grace_s: float = 30.0) -> Audit:
+    """Check ``records`` (topic -> records, as read_topic returns them; see AUDITED_TOPICS) against the rules."""
+    out = Audit()
+    events = {t: [r for r in records.get(t, []) if r.event is not None] for t in AUDITED_TOPICS}
+    closures = _closures(events["groups"], out)
+    _tasks_to_groups(events["tasks"], events["rollout-requests"], closures, out,
+                     end_ms - int(1000 * (group_timeout_s + grace_s)))
+    completed = {str(r.event.envelope.rollout_id) for r in events["rollouts"] if r.event is not None}
+    for gc in closures.values():
+        if gc.status == R.GroupStatus.TIMED_OUT:
+            out.timed_out_groups += 1
+            late = sum(1 for rid in gc.missing_rollout_ids if rid in completed)
+            out.late_rollouts += late
+            out.lost_rollouts += len(gc.missing_rollout_ids) - late
+    samples = _groups_to_samples(events["training-samples"], closures, out)
+    _lineage(events["adapter-events"], samples, out)
+    out.dead_letters = dict(Counter(e.event.reason_code for e in events["dead-letters"]
+                                    if isinstance(e.event, R.DeadLetter)))
+    return out
+
+
+def _closures(records: list[Received], out: Audit) -> dict[str, R.GroupClosed]:
+    by_group: dict[str, dict[str, R.GroupClosed]] = defaultdict(dict)
+    for r in records:
+        ev = r.event
+        assert isinstance(ev, R.GroupClosed)
+        ids_ = by_group[str(ev.envelope.group_id)]
+        if ev.event_id in ids_:
+            out.closure_repeats += 1
+        ids_[ev.event_id] = ev
+    out.conflicting_closures = sorted(g for g, evs in by_group.items() if len(evs) > 1)
+    out.groups_closed = len(by_group)
+    return {g: next(iter(evs.values())) for g, evs in by_group.items()}
+
+
+def _tasks_to_groups(tasks: list[Received], requests: list[Received], closures: dict[str, R.GroupClosed],
+                     out: Audit, lost_before_ms: int) -> None:
+    first_request: dict[str, int] = {}
+    for r in requests:
+        gid = str(r.event.envelope.group_id) if r.event is not None else ""
+        first_request[gid] = min(first_request.get(gid, r.timestamp_ms), r.timestamp_ms)
+    task_groups = set()
+    for r in tasks:
+        task = r.event
+        assert isinstance(task, R.Task)
+        attempt = int(task.metadata.get("attempt", "0") or 0)
+        task_groups.add(ids.group_id(str(task.envelope.task_id), attempt))
+    out.tasks = len(task_groups)
+    for gid in sorted(task_groups):
+        if gid in closures:
+            continue
+        if gid not in first_request:
+            out.queued += 1
+        elif first_request[gid] >= lost_before_ms:
+            out.in_flight += 1
+        else:
+            out.lost_groups.append(gid)
+    out.closed_without_task = sorted(set(closures) - task_groups)
+
+
+def _groups_to_samples(records: list[Received], closures: dict[str, R.GroupClosed],
+                       out: Audit) -> dict[tuple[int, int], str]:
+    """Checks every training group's samples; returns (partition, offset) -> sample id."""
+    per_group: dict[str, set[str]] = defaultdict(set)
+    at: dict[tuple[int, int], str] = {}
+    for r in records:
+        ev = r.event
+        assert isinstance(ev, R.TrainingSample)
+        gid = str(ev.envelope.group_id)
+        if ev.event_id in per_group[gid]:
+            out.sample_repeats += 1
+        per_group[gid].add(ev.event_id)
+        at[(r.partition, r.offset)] = ev.event_id
+    out.samples = sum(len(s) for s in per_group.values())
+    for gid, gc in sorted(closures.items()):
+        if gc.trains:
+            out.trained_groups += 1
+            if len(per_group.get(gid, ())) != (gc.samples if gc.samples is not None else gc.received):
+                out.missing_samples.append(f"{gid}: {len(per_group.get(gid, ()))} of {gc.samples}")
+    return at
+
+
+def _lineage(records: list[Received], samples: dict[tuple[int, int], str], out: Audit) -> None:
+    published: dict[int, R.AdapterPublished] = {}
+    for r in records:
+        if isinstance(r.event, R.AdapterPublished):
+            published.setdefault(r.event.version, r.event)
+    out.versions = len(published)
+    covered: dict[tuple[int, int], int] = {}
+    seen_ids: set[str] = set()
+    for version in sorted(published):
+        ev = published[version]
+        repeats = 0
+        for rng in sorted((x for x in ev.lineage if x.topic == "training-samples"), key=lambda x: (x.partition, x.start)):
+            for off in range(rng.start, rng.end + 1):
+                key = (rng.partition, off)
+                if key in covered:
+                    out.lineage_overlaps.append(f"p{rng.partition}@{off}: v{covered[key]} and v{version}")
+                    continue
+                covered[key] = version
+                sid = samples.get(key)
+                if sid is not None and sid in seen_ids:
+                    repeats += 1
+                elif sid is not None:
+                    seen_ids.add(sid)
+        out.repeats_consumed += repeats
+        out.undeduplicated_repeats += max(0, repeats - int(ev.metrics.get("dropped_duplicate", 0)))
+        for k, v in ev.metrics.items():
+            if k.startswith("dropped_"):
+                out.dropped[k.removeprefix("dropped_")] = out.dropped.get(k.removeprefix("dropped_"), 0.0) + v
+    ends: dict[int, int] = {}
+    for p, off in covered:
+        ends[p] = max(ends.get(p, -1), off)
+    for p, off in sorted(samples):
+        if (p, off) in covered:
+            out.samples_in_lineage += 1
+        elif off > ends.get(p, -1):
+            out.samples_pending += 1
+        else:
+            out.lineage_gaps.append(f"p{p}@{off}")
+
+
+def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain_s: float,
+              interval_s: tuple[float, float] = (4.0, 8.0), seed: int = 0, group_timeout_s: float = 60.0,
+              tasks: int = 400, group_size: int = 4, min_uptime_s: float = 20.0, warmup_s: float = 30.0) -> dict[str, Any]:
+    """``streamgrpo run`` of ``base_model`` on ``kafka`` (an existing broker + topic prefix) under a ChaosMonkey for
+    ``chaos_s`` s, then ``drain_s`` s without kills; returns the kills, the run's restarts and the audit."""
+    import json
+    import subprocess
+    import sys
+
+    from streamgrpo.topics.follow import read_topic
+    from support.tiny_planner import QUESTIONS
+
+    work.mkdir(parents=True, exist_ok=True)
+    task_file = work / "tasks.jsonl"
+    task_file.write_text("".join(json.dumps({"question": q, "answer": a, "source": "math"}) + "\n"
+                                 for q, a in (QUESTIONS * (tasks // len(QUESTIONS) + 1))[:tasks]))
+    cfg = work / "streamgrpo.toml"
+    cfg.write_text(  # the model, short timeouts: every other loop setting keeps its default
+        f'[kafka]\ntopic_prefix = "{kafka.topic_prefix}"\nsession_timeout_ms = 3000\n\n'
+        f'[rollout]\nmodel = "{base_model}"\nmetrics_port = 0\n\n'
+        f'[trainer]\nbase_model = "{base_model}"\nlora_rank = 4\nlora_alpha = 8\nmetrics_port = 0\n\n'
+        f"[streams]\nmetrics_port = 0\ngroup_timeout_s = {group_timeout_s}\n\n[judge]\nmetrics_port = 0\n\n"
+        "[evaluator]\nenabled = false\n")
+    home = work / "home"
+    env = dict(os.environ, STREAMGRPO_CONFIG=str(cfg))
+    env.pop("STREAMGRPO_BOOTSTRAP", None)
+    argv = [sys.executable, "-m", "streamgrpo.cli", "run", "--bootstrap", kafka.bootstrap or "", "--home", str(home),
+            "--tasks", str(task_file), "--duration", str(chaos_s + drain_s), "--group-size", str(group_size),
+            "--no-final-eval"]
+    with open(work / "run.out", "wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        monkey = ChaosMonkey(proc.pid, chaos_s, interval_s, seed, min_uptime_s=min_uptime_s, warmup_s=warmup_s)
+        monkey.start()
+        try:
+            rc = proc.wait(timeout=chaos_s + drain_s + 300)
+        finally:
+            monkey.stop()
+            if proc.poll() is None:
+                proc.kill()
+    end_ms = int(time.time() * 1000)
+    records = {t: read_topic(kafka, t) for t in AUDITED_TOPICS}
+    result = audit(records, end_ms=end_ms, group_timeout_s=group_timeout_s)
+    summaries = sorted(home.glob("runs/*/report/summary.json"))
+    restarts = json.loads(summaries[-1].read_text()).get("restarts", {}) if summaries else {}
+    return {"returncode": rc, "kills": len(monkey.kills), "kills_by_service": monkey.summary(),
+            "kill_log": [asdict(k) for k in monkey.kills], "restarts": restarts, "audit": result.as_dict(),
+            "chaos_s": chaos_s, "drain_s": drain_s, "interval_s": list(interval_s), "seed": seed, "tasks": tasks,
+            "min_uptime_s": min_uptime_s, "warmup_s": warmup_s,
+            "output_tail": (work / "run.out").read_text(errors="replace")[-3000:]}
