@@ -64,7 +64,7 @@ def generate(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from streamgrpo.tasks.builtin import builtin_tasks
 
     torch.set_num_threads(args.threads)
-    cfg = RolloutConfig(model=args.model, dtype=args.policy_dtype, max_turns=args.max_turns, follow_adapters=False,
+    cfg = RolloutConfig(model=args.model, constrain="off", dtype=args.policy_dtype, max_turns=args.max_turns, follow_adapters=False,
                         tools={"enabled": ["calculator", "python", "knowledge_search"]})
     policy = build_policy(cfg)
     ctx, router = build_context(cfg, policy), Router(JudgeSettings())
@@ -107,6 +107,7 @@ def read_samples(path: Path) -> list[Any]:
 
 def _group_samples(row: Any, args: argparse.Namespace, sampling: Any, ctx: Any, router: Any) -> list[Any]:
     """One group of ``row`` through rollout -> judge -> window -> samples (none for a zero-variance group)."""
+    from streamgrpo.avro import ids
     from streamgrpo.avro import records as R
     from streamgrpo.judge.decide import Reject, decide_reward
     from streamgrpo.rollout.loop import run_group
@@ -115,7 +116,7 @@ def _group_samples(row: Any, args: argparse.Namespace, sampling: Any, ctx: Any, 
     from streamgrpo.streams.advantages import build_estimator
     from streamgrpo.streams.fanout import FanoutPolicy, fan_out
 
-    task = R.Task(envelope=R.Envelope.new("bench", task_id=R.derived_id("task", row.metadata.get("row_id", row.question))),
+    task = R.Task(envelope=R.Envelope.new("bench", task_id=ids.derived_id("task", row.metadata.get("row_id", row.question))),
                   question=row.question, source=row.source, group_size=args.group_size,
                   ground_truths=list(row.ground_truths), metadata=dict(row.metadata))
     events: list[Any] = []
@@ -125,7 +126,7 @@ def _group_samples(row: Any, args: argparse.Namespace, sampling: Any, ctx: Any, 
     state: Any = None
     for ev in events:
         if isinstance(ev, R.PlannerAction):
-            turns.setdefault(str(ev.envelope.rollout_id), []).append(S.StoredTurn.from_action(ev))
+            turns.setdefault(str(ev.envelope.rollout_id), []).append(ev)
         elif isinstance(ev, R.RolloutCompleted):
             state = state or W.new_state(str(ev.envelope.group_id), task.envelope.task_id, args.group_size, 0.0, 0)
             state = W.add_completed(state, ev)
@@ -134,7 +135,7 @@ def _group_samples(row: Any, args: argparse.Namespace, sampling: Any, ctx: Any, 
     if state is None:
         return []
     state, _ = W.maybe_close(state, W.WindowPolicy("grpo", build_estimator("grpo"), 1e9, "drop", 2), 0.0)
-    have = {(r, t.turn) for r, ts in turns.items() for t in ts}
+    have = {(r, int(t.envelope.turn or 0)) for r, ts in turns.items() for t in ts}
     return [S.build_sample(state, r, turns[r]) for r in S.ready_rollouts(state, lambda r, t: (r, t) in have)]
 
 
