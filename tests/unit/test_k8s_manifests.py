@@ -271,6 +271,7 @@ def test_the_image_copies_every_package_folder_of_the_distribution() -> None:
     """The Dockerfile installs from copied folders: a package folder it forgets breaks `pip install` in the
     image build (the slow image-recipe test finds it after minutes; this finds it at once)."""
     import re
+
     import tomllib
 
     root = Path(__file__).resolve().parents[2]
