@@ -8,6 +8,7 @@ own ``cli.py``; :data:`COMMANDS` maps command names to ``module:attribute`` of a
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -105,9 +106,33 @@ def cli(ctx: click.Context, config_path: str | None, log_level: str) -> None:
     ctx.obj["config_path"] = config_path
 
 
+SUPERVISOR_PID_ENV = "STREAMGRPO_SUPERVISOR_PID"
+
+
+def die_with_supervisor() -> None:
+    """A service started by `streamgrpo run` (which sets STREAMGRPO_SUPERVISOR_PID) gets SIGTERM when its
+    supervisor dies, even by SIGKILL (Linux PR_SET_PDEATHSIG), instead of running on orphaned. The variable
+    is removed so that processes this one starts do not inherit it; elsewhere (no variable, not Linux) no-op."""
+    pid = os.environ.pop(SUPERVISOR_PID_ENV, None)
+    if not pid or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGTERM), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
+            return
+    except (OSError, AttributeError, ValueError):
+        return
+    if str(os.getppid()) != pid:  # the supervisor died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> Any:
     from streamgrpo.redact import install_excepthook, redact
 
+    die_with_supervisor()
     install_excepthook()  # uncaught tracebacks are printed with registered secrets masked
     try:
         return cli.main(args=argv, prog_name="streamgrpo", standalone_mode=True)
