@@ -53,7 +53,7 @@ class Child:
             return
         self.log_path = log_dir / f"{self.name}.log"
         fh = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
-        env = {**env, "STREAMGRPO_SUPERVISOR_PID": str(os.getpid())}  # the child dies with us (cli.die_with_supervisor)
+        env = {**env, "STREAMGRPO_SUPERVISOR_PID": str(os.getpid())}  # the child is killed with us (cli.die_with_supervisor)
         self.proc = subprocess.Popen(self.argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         fh.close()
