@@ -31,7 +31,7 @@ import click
 
 from streamgrpo import config
 from streamgrpo.cli.progress import Progress, RunTracker
-from streamgrpo.config import KafkaSettings
+from streamgrpo.config import SUPERVISOR_PID_ENV, KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Child:
             return
         self.log_path = log_dir / f"{self.name}.log"
         fh = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
-        env = {**env, "STREAMGRPO_SUPERVISOR_PID": str(os.getpid())}  # the child is killed with us (cli.die_with_supervisor)
+        env = {**env, SUPERVISOR_PID_ENV: str(os.getpid())}  # the child is killed with us (streamgrpo.supervisor)
         self.proc = subprocess.Popen(self.argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         fh.close()

@@ -286,7 +286,9 @@ def main() -> None:
     """``python -m streamgrpo.rollout.vllm_server``: exec the server described by the ``[rollout]`` settings."""
     from streamgrpo.config import load
     from streamgrpo.errors import StreamGRPOError
+    from streamgrpo.supervisor import die_with_supervisor
 
+    die_with_supervisor()  # started by `run`: the server dies with it (the signal survives the exec below)
     try:
         argv, env = resolved_command(load(RolloutConfig, "rollout"), os.environ)
     except StreamGRPOError as exc:  # a supervised child: say why on stderr (its log) and exit non-zero

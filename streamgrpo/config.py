@@ -52,8 +52,11 @@ ENV_ALIASES: dict[str, tuple[str, str]] = {
 }
 #: The liveness heartbeat file (:mod:`streamgrpo.heartbeat`); unset: no heartbeat.
 HEARTBEAT_ENV = "STREAMGRPO_HEARTBEAT_FILE"
-#: Environment names read outside the sections (by the CLI and the liveness heartbeat).
-ENV_NAMES: tuple[str, ...] = ("STREAMGRPO_CONFIG", "STREAMGRPO_LOG_LEVEL", HEARTBEAT_ENV, *ENV_ALIASES)
+#: Set by ``streamgrpo run`` on the processes it supervises (:mod:`streamgrpo.supervisor`).
+SUPERVISOR_PID_ENV = "STREAMGRPO_SUPERVISOR_PID"
+#: Environment names read outside the sections (by the CLI, the liveness heartbeat and the supervisor).
+ENV_NAMES: tuple[str, ...] = ("STREAMGRPO_CONFIG", "STREAMGRPO_LOG_LEVEL", HEARTBEAT_ENV, SUPERVISOR_PID_ENV,
+                              *ENV_ALIASES)
 #: Reserved for the test harness (e.g. ``STREAMGRPO_TEST_BOOTSTRAP``); never read as settings.
 TEST_ENV_PREFIX = "STREAMGRPO_TEST_"
 

@@ -14,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 
 CHILD = ("import os, sys, time\n"
-         "from streamgrpo.cli import die_with_supervisor\n"
+         "from streamgrpo.supervisor import die_with_supervisor\n"
          "die_with_supervisor()\n"
          "assert 'STREAMGRPO_SUPERVISOR_PID' not in os.environ  # grandchildren do not inherit it\n"
          "print('armed', flush=True)\n"

@@ -109,3 +109,26 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
         assert time.monotonic() < deadline, "the server's forked child outlived stop()"
         time.sleep(0.05)
 
+
+
+def test_the_launcher_started_by_run_accepts_the_supervisor_variable_and_does_not_pass_it_on(tmp_path: Path) -> None:
+    """`run` starts `python -m streamgrpo.rollout.vllm_server` with STREAMGRPO_SUPERVISOR_PID set, like every
+    child; the launcher must arm die-with-supervisor and exec the server without it (it once refused the
+    variable as a misspelt setting, and the vLLM server never started)."""
+    import subprocess
+
+    seen = tmp_path / "seen.txt"
+    fake = tmp_path / "python"  # stands in for the vLLM virtualenv's python: records what it was given
+    fake.write_text(f"#!/bin/sh\nenv > {seen}\necho \"$@\" >> {seen}\n")
+    fake.chmod(0o755)
+    model = tmp_path / "model"
+    model.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGRPO_")}
+    env.update(STREAMGRPO_SUPERVISOR_PID=str(os.getpid()), STREAMGRPO_ROLLOUT__VLLM_PYTHON=str(fake),
+               STREAMGRPO_ROLLOUT__MODEL=str(model))
+    proc = subprocess.run([sys.executable, "-m", "streamgrpo.rollout.vllm_server"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = seen.read_text()
+    assert "vllm.entrypoints.openai.api_server" in text and str(model) in text
+    assert "STREAMGRPO_SUPERVISOR_PID" not in text

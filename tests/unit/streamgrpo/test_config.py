@@ -107,6 +107,7 @@ def test_a_misspelt_environment_variable_is_an_error_naming_the_valid_forms(name
 
 def test_known_names_and_the_test_harness_prefix_pass() -> None:
     env = {"STREAMGRPO_CONFIG": "", "STREAMGRPO_LOG_LEVEL": "INFO", "STREAMGRPO_HEARTBEAT_FILE": "/tmp/x",
+           "STREAMGRPO_SUPERVISOR_PID": "1",
            "STREAMGRPO_HOME": "/tmp/h", "STREAMGRPO_TEST_BOOTSTRAP": "h:1", "STREAMGRPO_JUDGE__LLM__API_KEY": "k",
            "OTHER": "x"}
     assert config.load(KafkaSettings, "kafka", environ=env).bootstrap is None
