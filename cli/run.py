@@ -45,6 +45,8 @@ class Child:
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     next_start: float = 0.0
+    started: float = 0.0  # time.monotonic() of the last start
+    crashes: int = 0  # consecutive deaths without a stable run in between: the backoff's exponent
     log_path: Path | None = None
     history: list[str] = field(default_factory=list)
 
@@ -57,6 +59,7 @@ class Child:
         self.proc = subprocess.Popen(self.argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         fh.close()
+        self.started = time.monotonic()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -74,15 +77,22 @@ class Child:
 
 
 def restart_delay(restarts: int) -> float:
-    """Backoff before the n-th restart: 1, 2, 4 ... capped at 30 s (never a tight crash loop)."""
+    """Backoff before the n-th consecutive restart: 1, 2, 4 ... capped at 30 s (never a tight crash loop)."""
     return float(min(30, 2 ** max(0, restarts - 1)))
+
+
+#: A child that ran this long before it died was healthy: its backoff starts again at 1 s (as systemd's and
+#: kubelet's do), so a service killed now and then over hours is not kept down 30 s each time.
+STABLE_S = 60.0
 
 
 class Supervisor:
     """Starts children, restarts the ones that die, stops them all."""
 
-    def __init__(self, children: list[Child], env: dict[str, str], log_dir: Path, echo: Any = click.echo):
+    def __init__(self, children: list[Child], env: dict[str, str], log_dir: Path, echo: Any = click.echo,
+                 stable_s: float = STABLE_S):
         self.children = children
+        self.stable_s = stable_s
         self.env = env
         self.log_dir = log_dir
         self.echo = echo
@@ -100,9 +110,11 @@ class Supervisor:
                 continue
             if c.next_start == 0.0:
                 c.restarts += 1
-                c.next_start = now + restart_delay(c.restarts)
+                c.crashes = 1 if now - c.started >= self.stable_s else c.crashes + 1
+                delay = restart_delay(c.crashes)
+                c.next_start = now + delay
                 msg = (f"{c.name} exited with code {c.proc.returncode}; restarting in "
-                       f"{restart_delay(c.restarts):.0f}s (restart #{c.restarts}, log {c.log_path})")
+                       f"{delay:.0f}s (restart #{c.restarts}, log {c.log_path})")
                 c.history.append(msg)
                 messages.append(msg)
             elif now >= c.next_start:
