@@ -28,7 +28,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -46,6 +46,8 @@ T = TypeVar("T")
 
 #: Handler of one polled batch (records of several partitions, each partition in offset order).
 RecordHandler = Callable[[list[Received]], Awaitable[None]]
+#: Offset ranges to read: (logical topic, partition) -> [start, stop); partitions not named are not read.
+Ranges = Mapping[tuple[str, int], tuple[int, int]]
 
 
 class StopSignal(Protocol):
@@ -98,8 +100,12 @@ class LogFollower:
         max_records: int = 1000,
         poll_timeout_ms: int = 250,
         idle_timeout_s: float = 10.0,
+        ranges: Ranges | None = None,
     ) -> None:
+        """``ranges``: read only these offset ranges (with ``run(until_caught_up=True)``: a stop below the log end
+        becomes the partition's end; a start below the log start reads from the log start)."""
         self.kafka = kafka
+        self.ranges = ranges
         self.topics = list(topics)
         self.handler = handler
         self.codec = codec or Codec(kafka.schema_registry_url)
@@ -148,10 +154,23 @@ class LogFollower:
             parts = consumer.partitions_for_topic(physical)
             if not parts:
                 raise TopicsError(f"topic {physical} does not exist; run `streamgrpo topics ensure`")
-            tps += [TopicPartition(physical, p) for p in sorted(parts)]
+            tps += [TopicPartition(physical, p) for p in sorted(parts)
+                    if self.ranges is None or (name, p) in self.ranges]
+        if not tps:  # ranges on none of the topics' partitions: nothing to read
+            self._caught_up.set()
+            self.caught_up.set()
+            return set()
         consumer.assign(tps)
         self.ends = await true_end_offsets(consumer, tps)
-        if self.from_beginning:
+        if self.ranges is not None:
+            for tp in tps:
+                start, stop = self.ranges[(logical_name(self.kafka, tp.topic), tp.partition)]
+                self.ends[tp] = min(self.ends[tp], stop)
+                if start <= 0:
+                    await consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, start)  # below the log start: auto_offset_reset=earliest
+        elif self.from_beginning:
             await consumer.seek_to_beginning(*tps)
         else:
             for tp in tps:
@@ -188,17 +207,20 @@ def read_topic(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0, lim
 
 
 def iter_topic(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0, limit: int | None = None,
-               follow: bool = False, from_beginning: bool = True, codec: Codec | None = None) -> Iterator[Received]:
+               follow: bool = False, from_beginning: bool = True, codec: Codec | None = None,
+               partitions: Mapping[int, tuple[int, int]] | None = None) -> Iterator[Received]:
     """Yield the records of ``topic`` until its end now, or forever with ``follow`` (synchronous; a thread
-    runs a :class:`LogFollower`). Raises :class:`TopicsError` when the topic is missing or the broker stalls."""
+    runs a :class:`LogFollower`); ``partitions`` (partition -> [start, stop) offsets) reads only those ranges.
+    Raises :class:`TopicsError` when the topic is missing or the broker stalls."""
     items: queue.Queue[list[Received] | BaseException | None] = queue.Queue(maxsize=16)
     stop = threading.Event()
 
     async def handler(batch: list[Received]) -> None:
         await asyncio.to_thread(items.put, batch)
 
+    ranges = None if partitions is None else {(topic, p): r for p, r in partitions.items()}
     follower = LogFollower(kafka, [topic], handler, codec=codec, from_beginning=from_beginning,
-                           idle_timeout_s=timeout_s)
+                           idle_timeout_s=timeout_s, ranges=ranges)
 
     def work() -> None:
         try:

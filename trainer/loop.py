@@ -46,7 +46,7 @@ from streamgrpo.models.grammar import GrammarReplay
 from streamgrpo.models.registry import AdapterRegistry
 from streamgrpo.topics.consumer import EventConsumer
 from streamgrpo.topics.dedup import RecentIds
-from streamgrpo.topics.follow import read_topic
+from streamgrpo.topics.follow import iter_topic, read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.topics.received import Received
 from streamgrpo.trainer import rollback
@@ -63,6 +63,9 @@ from streamgrpo.trainer.step import StepConfig, build_optimizer, optimizer_step
 log = logging.getLogger(__name__)
 SERVICE = "trainer"
 SAMPLES_TOPIC = "training-samples"
+#: After a restart the trainer re-reads up to this many samples per partition below the stored adapter's committed
+#: offsets and remembers their ids (:func:`remember_trained`).
+DEDUP_LOOKBACK = 5000
 
 
 @dataclass
@@ -142,6 +145,28 @@ def resume(cfg: TrainerConfig) -> TrainerState:
         state.published = manifest.version
         log.info("resumed %s v%d (step %d) from %s", cfg.adapter_name, state.version, state.step, path)
     return state
+
+
+def remember_trained(state: TrainerState, kafka: KafkaSettings, lookback: int = DEDUP_LOOKBACK) -> int:
+    """Remember the ids of the samples just below the stored adapter's committed offsets; returns how many.
+
+    The advantage window sends a sample at least once: killed between sending it and recording that it did, it
+    sends the same sample (same event id) again after its restart. A copy that lands after the offsets the
+    stored adapter covers is not "already trained" by offset, and a restarted trainer's in-memory id set is
+    empty, so without this the copy would be trained a second time. Only ``lookback`` records per partition
+    are read: a resend follows its original within one window restart, not thousands of samples later."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for key, stop in state.committed.items():
+        topic, _, partition = key.rpartition(":")
+        if topic == SAMPLES_TOPIC and stop > 0:
+            ranges[int(partition)] = (max(0, stop - lookback), stop)
+    if not ranges:
+        return 0
+    before = len(state.seen)
+    for rec in iter_topic(kafka, SAMPLES_TOPIC, partitions=ranges):
+        if isinstance(rec.event, R.TrainingSample):
+            state.seen.add(rec.event.event_id)
+    return len(state.seen) - before
 
 
 def adapter_event(manifest: store.Manifest, uri: str, sha256: str) -> R.AdapterPublished:
@@ -340,6 +365,10 @@ async def run_trainer(cfg: TrainerConfig, kafka: KafkaSettings, stop: asyncio.Ev
     follower = asyncio.create_task(reader.run(following))
     try:
         await asyncio.to_thread(announce_if_missing, producer, kafka, cfg)
+        remembered = await asyncio.to_thread(remember_trained, state, kafka)
+        if remembered:
+            log.info("remembered the ids of %d samples the stored adapter was trained on (resends are dropped)",
+                     remembered)
         await asyncio.wait_for(reader.caught_up.wait(), timeout=120)  # a rollback in the history applies first
         async with EventConsumer(kafka, cfg.group_id, [SAMPLES_TOPIC], SERVICE, dlq=producer,
                                  commit_on_revoke=False, alive=heartbeat.beat) as consumer:

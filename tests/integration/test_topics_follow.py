@@ -117,3 +117,16 @@ def test_a_missing_topic_is_a_clear_error(kafka: KafkaSettings) -> None:
     ns = kafka.model_copy(update={"topic_prefix": "no-such-prefix."})
     with pytest.raises(TopicsError, match="does not exist; run `streamgrpo topics ensure`"):
         read_topic(ns, "tasks")
+
+
+def test_partition_ranges_read_exactly_those_offsets(kafka_ns: KafkaSettings) -> None:
+    _batched_produce(kafka_ns, 60)
+    everything = read_topic(kafka_ns, "tasks")
+    counts: dict[int, int] = {}
+    for r in everything:
+        counts[r.partition] = counts.get(r.partition, 0) + 1
+    busy = max(counts, key=lambda p: counts[p])
+    assert counts[busy] >= 6, counts
+    got = [(r.partition, r.offset) for r in iter_topic(kafka_ns, "tasks", partitions={busy: (2, 5)})]
+    assert got == [(busy, 2), (busy, 3), (busy, 4)]  # only that partition, only [2, 5)
+    assert len(list(iter_topic(kafka_ns, "tasks", partitions={busy: (-10, 10 ** 6)}))) == counts[busy]

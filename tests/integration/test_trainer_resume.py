@@ -148,3 +148,21 @@ def test_crash_between_store_and_announce_announces_on_restart(kafka_ns, tiny_ba
     published = asyncio.run(run_trainer(cfg, kafka_ns))
     assert [e.version for e in published] == [2]
     assert assert_trained_exactly_once(kafka_ns, tmp_path) == [1, 2]
+
+
+def test_a_resent_sample_after_a_restart_is_not_trained_twice(kafka_ns, tiny_base, tmp_path):
+    """The window sends a sample at least once: a copy (same event id) can land after the offsets the stored
+    adapter covers. A restarted trainer remembers the ids it trained on and drops the copy as a duplicate."""
+    base, model, tok = tiny_base
+    first, later = make_samples(tok, 2, seed=10, model=model), make_samples(tok, 2, seed=11, model=model)
+    publish_samples(kafka_ns, first)
+    cfg = TrainerConfig(base_model=str(base), adapter_store=tmp_path, device="cpu", lora_rank=4, lora_alpha=8,
+                        samples_per_step=2, max_staleness=4, run_name="resend", idle_exit_s=4.0,
+                        poll_timeout_ms=200)
+    assert [e.version for e in asyncio.run(run_trainer(cfg, kafka_ns))] == [1]
+    publish_samples(kafka_ns, [first[0], *later])  # the resend of an already-trained sample, then new ones
+    published = asyncio.run(run_trainer(cfg, kafka_ns))
+    assert [e.version for e in published] == [2]
+    assert published[0].metrics.get("dropped_duplicate") == 1.0
+    lineage = {(r.partition, o) for r in published[0].lineage for o in range(r.start, r.end + 1)}
+    assert len(lineage) == 3  # the copy was consumed (and dropped) with the two new samples
