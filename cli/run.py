@@ -224,7 +224,7 @@ def execute(cfg: RunSettings) -> Path:
     broker = None
     bootstrap = cfg.bootstrap
     if bootstrap is None:
-        broker = EmbeddedBroker(run_dir)
+        broker = EmbeddedBroker(run_dir, die_with_owner=True)  # not left running if run is SIGKILLed
         bootstrap = broker.start().bootstrap
         click.echo(f"embedded broker up on {bootstrap} (memory storage; log {run_dir / 'run' / 'broker.log'})")
     from streamgrpo.config import KafkaSettings

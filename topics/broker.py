@@ -26,6 +26,7 @@ from pathlib import Path
 
 from streamgrpo.config import BrokerSettings, KafkaSettings, load
 from streamgrpo.errors import ConfigError
+from streamgrpo.supervisor import killed_with_parent
 from streamgrpo.topics.errors import BrokerError
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,12 @@ def answers_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
 class EmbeddedBroker:
     """A Tansu process this object started and owns (stops it by pid, never by name)."""
 
-    def __init__(self, home: Path, port: int | None = None, start_timeout_s: float = 30.0):
+    def __init__(self, home: Path, port: int | None = None, start_timeout_s: float = 30.0, *,
+                 die_with_owner: bool = False):
+        """``die_with_owner``: the broker is SIGKILLed when the thread that starts it exits (Linux), so a
+        SIGKILLed owner (``streamgrpo run``) does not leave it running; not for ``broker up``, which detaches."""
         self.home = Path(home)
+        self.die_with_owner = die_with_owner
         self.port = port or free_port()
         self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
@@ -124,7 +129,8 @@ class EmbeddedBroker:
                "--storage-engine", "memory://tansu/"]
         with open(log_path, "ab") as log_fh:
             self.proc = subprocess.Popen(
-                cmd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                cmd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=killed_with_parent() if self.die_with_owner else None,
             )
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:

@@ -67,3 +67,35 @@ def test_without_the_variable_nothing_changes() -> None:
         assert not _gone_within(child, 2), "a process not started by run must not be tied to its parent"
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+BROKER_OWNER = ("import sys, time\n"
+                "from pathlib import Path\n"
+                "from streamgrpo.topics.broker import EmbeddedBroker\n"
+                "broker = EmbeddedBroker(Path(sys.argv[1]), die_with_owner=sys.argv[2] == 'tied')\n"
+                "broker.start()\n"
+                "print(broker.proc.pid, flush=True)\n"
+                "time.sleep(120)\n")
+
+
+def _broker_of_killed_owner(tmp_path, mode: str) -> int:
+    owner = subprocess.Popen([sys.executable, "-c", BROKER_OWNER, str(tmp_path), mode], stdout=subprocess.PIPE,
+                             text=True)
+    assert owner.stdout is not None
+    broker = int(owner.stdout.readline())
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    return broker
+
+
+def test_the_broker_run_starts_dies_with_run(tmp_path) -> None:
+    broker = _broker_of_killed_owner(tmp_path, "tied")
+    assert _gone_within(broker, 20), "the embedded broker outlived its SIGKILLed owner"
+
+
+def test_a_detached_broker_outlives_its_starter(tmp_path) -> None:  # `streamgrpo broker up`
+    broker = _broker_of_killed_owner(tmp_path, "detached")
+    try:
+        assert not _gone_within(broker, 2), "a broker not tied to its starter must keep running"
+    finally:
+        os.kill(broker, signal.SIGKILL)
