@@ -62,7 +62,12 @@ NOTES: dict[str, str] = {
                 "`python bench/bench_learning.py 1800 --runs 3` measures three. A later 30-minute run with every default "
                 "(grammar-constrained replies on; the streamgrpo side of the TRL comparison above, 21:57-23:07 UTC, load "
                 "about 2) reached 428 rollouts (14.3 per minute, 3.6x this run's 4.0) and 33 adapters, all served within 0 "
-                "trainer steps, and held-out 0.085 -> 0.074 (paired difference -1.1 points [-4.7, +2.6]): again no gain.\n\n"
+                "trainer steps, and held-out 0.085 -> 0.074 (paired difference -1.1 points [-4.7, +2.6]): again no gain. "
+                "One change, lr 5e-5 -> 5e-4 (`STREAMGRPO_TRAINER__LR=5e-4 python bench/bench_learning.py 1800`, 23:07-23:42 "
+                "UTC): held-out 0.085 -> **0.202** (+11.7 points [+4.5, +18.9], 14 adapters) -- but the planner learned to "
+                "answer at once without tools (answered 1.00, 0 tool calls; arithmetic 0.20 -> 0.48, the other kinds stay "
+                "0), and training then stalled (1.7 % success, no reward variance). Not made the default: see "
+                "docs/learning.md.\n\n"
                 "![held-out accuracy per adapter version and over time](docs/learning_heldout_30min.png)",
     "trl_learning": "Measured 21:57-23:07 UTC on the shared 2-core VM (load about 2: nothing else ran), main at 545afac. "
                     "Both sides start from the same base model with streamgrpo's default settings and train for 30 "
