@@ -69,7 +69,9 @@ NOTES: dict[str, str] = {
                 "0), and training then stalled (1.7 % success, no reward variance). Not made the default: see "
                 "docs/learning.md.\n\n"
                 "![held-out accuracy per adapter version and over time](docs/learning_heldout_30min.png)",
-    "trl_learning": "Measured 21:57-23:07 UTC on the shared 2-core VM (load about 2: nothing else ran), main at 545afac. "
+    "trl_learning": "Measured 21:57-23:07 UTC on the shared 2-core VM (load about 2: nothing else ran), main at 545afac (its streams "
+                    "session timeout followed `[kafka]`, 6 s in `run`; reverted afterwards to 30 s, which adds one 15 s "
+                    "group join at start). "
                     "Both sides start from the same base model with streamgrpo's default settings and train for 30 "
                     "minutes of wall clock each, one after the other; then one `streamgrpo eval` scores the base model "
                     "and both adapters on all 94 held-out tasks (greedy, correctness only). streamgrpo's 'wall time' "
