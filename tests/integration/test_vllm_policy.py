@@ -145,7 +145,10 @@ def test_reply_is_cut_exactly_at_the_end_of_its_json_object(server: Server) -> N
         # the shortest token prefix that closes the object: the closing token may carry more ("},")
         assert full.text.startswith(short.text) and rule.end_of(short.text) == end
         keep = len(short.token_ids)
-        assert short.token_ids == full.token_ids[:keep] and short.logprobs == full.logprobs[:keep]
+        assert short.token_ids == full.token_ids[:keep]
+        # two requests: the server batches them differently, so fp32 logprobs may differ in the 7th digit
+        # (measured 4e-7 to 1.9e-5, the size of its agreement with transformers, 6e-5); the cut itself (the ids) must be exact
+        assert max(abs(a - b) for a, b in zip(short.logprobs, full.logprobs[:keep], strict=True)) <= 1e-4
         assert policy.tokenizer.decode(short.token_ids, skip_special_tokens=True) == short.text
         assert rule.end_of(policy.tokenizer.decode(short.token_ids[:-1], skip_special_tokens=True)) is None
         shortened += keep < len(full.token_ids)
