@@ -21,6 +21,12 @@ def tp_key(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
 
 
+def parse_tp_key(key: str) -> tuple[str, int]:
+    """The (topic, partition) of a :func:`tp_key`."""
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
+
+
 @dataclass
 class Lineage:
     """Offset ranges consumed since the last published adapter."""

@@ -53,7 +53,7 @@ from streamgrpo.trainer import rollback
 from streamgrpo.trainer.batching import build_batch, drop_reason, micro_batches
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.errors import TrainerError
-from streamgrpo.trainer.lineage import Lineage, already_trained
+from streamgrpo.trainer.lineage import Lineage, already_trained, parse_tp_key
 from streamgrpo.trainer.losses import build_loss
 from streamgrpo.trainer.model import load_policy
 from streamgrpo.trainer.rollback import check_rollback, drop_reason_for
@@ -157,9 +157,9 @@ def remember_trained(state: TrainerState, kafka: KafkaSettings, lookback: int = 
     are read: a resend follows its original within one window restart, not thousands of samples later."""
     ranges: dict[int, tuple[int, int]] = {}
     for key, stop in state.committed.items():
-        topic, _, partition = key.rpartition(":")
+        topic, partition = parse_tp_key(key)
         if topic == SAMPLES_TOPIC and stop > 0:
-            ranges[int(partition)] = (max(0, stop - lookback), stop)
+            ranges[partition] = (max(0, stop - lookback), stop)
     if not ranges:
         return 0
     before = len(state.seen)
