@@ -2,6 +2,9 @@
 
     python bench/bench_learning.py [DURATION_S] [--runs N]     # default 1800 s (30 min), 1 run
 
+Run i (0, 1, 2, ...) sets the trainer's seed to i (`STREAMGRPO_TRAINER__SEED`); sampling in the rollout
+worker is not seeded, so runs differ in their rollouts as well as in their LoRA initialisation.
+
 Each run is the real loop (embedded broker, streams, judge, one rollout worker, trainer, evaluator) with
 every setting at its default, for DURATION_S; then `run`'s final evaluation scores the base model and the
 last adapter on the FULL held-out split (`builtin:heldout`, greedy, correctness only, never trained on).
@@ -13,6 +16,7 @@ mean over runs. Accuracy is REPORTED here, never asserted.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,9 +27,10 @@ from statistics import mean
 def one_run(duration_s: int, index: int) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix=f"streamgrpo-learning-{index}-"))
     home = work / "home"
+    env = {**os.environ, "STREAMGRPO_TRAINER__SEED": str(index)}
     subprocess.run([sys.executable, "-m", "streamgrpo.cli", "run", "--duration", str(duration_s), "--home", str(home)],
-                   check=True, stdout=subprocess.DEVNULL)
-    return summarise(next(home.glob("runs/*/report")))
+                   check=True, stdout=subprocess.DEVNULL, env=env)
+    return {"seed": index, **summarise(next(home.glob("runs/*/report")))}
 
 
 def summarise(report: Path) -> dict[str, object]:
@@ -58,7 +63,10 @@ def main(duration_s: int = 1800, runs: int = 1) -> dict[str, object]:
         "bench": "learning", "duration_s": duration_s, "runs": runs, "settings": "every setting at its default",
         "mean_heldout_base": round(mean(r["heldout_base"]["accuracy"] for r in results if r["heldout_base"]), 3)
         if any(r["heldout_base"] for r in results) else None,
+        "mean_heldout_last": round(mean(r["heldout_last"]["accuracy"] for r in results if r["heldout_last"]), 3)
+        if any(r["heldout_last"] for r in results) else None,
         "mean_heldout_gain": round(mean(gains), 3) if gains else None,
+        "heldout_gain_range": [min(gains), max(gains)] if gains else None,
         "per_run": [{k: v for k, v in r.items() if k != "reward_table"} for r in results],
         "table": results[-1]["reward_table"],
     }
