@@ -54,6 +54,8 @@ AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRol
 LIFECYCLE_EVENTS = (R.AdapterPublished, R.AdapterPromoted, R.AdapterRolledBack, R.AdapterApproved,
                     R.AdapterRejected, R.AdapterVerdict)
 SAMPLES_TOPIC_SUFFIX = "training-samples"
+#: Trainer drop reasons of records in a lineage that no GroupClosed counted as a sample.
+NOT_QUEUED_DROPS = ("duplicate", "not_a_sample")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,15 @@ class Announcement:
     def samples(self) -> int:
         """TrainingSamples consumed since the parent (the sizes of its ``training-samples`` ranges)."""
         return sum(r.end - r.start + 1 for r in self.lineage if r.topic.endswith(SAMPLES_TOPIC_SUFFIX))
+
+    @property
+    def samples_dequeued(self) -> int:
+        """Distinct samples of closed groups this version took off the trainer's queue: :attr:`samples` less
+        the records in its ranges that were never a group's sample (redelivered duplicates, non-samples; the
+        trainer reports them as ``dropped_duplicate`` / ``dropped_not_a_sample``). Admission counts with this:
+        a duplicate counted as consumed would make the queue look shorter than it is."""
+        extra = sum(self.metrics.get(f"dropped_{reason}", 0.0) for reason in NOT_QUEUED_DROPS)
+        return max(0, self.samples - int(extra))
 
 
 @dataclass(frozen=True)

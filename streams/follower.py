@@ -5,7 +5,8 @@
 - requested and closed group ids -> groups (and their rollouts) in flight;
 - samples produced by closed groups (``GroupClosed.samples``: usable rewards of a group that trains;
   an ERROR reward yields no sample) and samples consumed by the trainer (the sizes of the offset
-  ranges in every AdapterPublished lineage) -> samples waiting for the trainer.
+  ranges in every AdapterPublished lineage, less the redelivered duplicates in them: those were never
+  counted as produced) -> samples waiting for the trainer.
 These feed admission (:func:`~streamgrpo.streams.fanout.admit`) and the version choice. (The A/B
 controller keeps its own follower: :mod:`streamgrpo.streams.ab_controller`.)
 
@@ -44,7 +45,7 @@ class LoopView:
         self.closed: set[str] = set()
         self.open: dict[str, int] = {}  # group id -> rollouts requested
         self.produced = 0  # samples of closed groups that train
-        self.consumed = 0  # training-samples records in published adapters' lineage
+        self.consumed = 0  # distinct samples in published adapters' lineage (duplicates excluded)
 
     @property
     def in_flight(self) -> int:
@@ -71,7 +72,7 @@ class LoopView:
         else:
             for change in self.registry.apply(event):
                 if isinstance(change, Announced):
-                    self.consumed += change.announcement.samples
+                    self.consumed += change.announcement.samples_dequeued
 
     def _closed(self, event: R.GroupClosed) -> None:
         gid = event.envelope.group_id or ""

@@ -19,9 +19,9 @@ def closed(task: str, received: int, samples: int | None, trains: bool = True) -
                          R.GroupStatus.COMPLETE, 4, received, 0.5, 0.5, "grpo", trains, "complete", 0, [], samples)
 
 
-def published(version: int, start: int, end: int) -> R.AdapterPublished:
+def published(version: int, start: int, end: int, **metrics: float) -> R.AdapterPublished:
     return R.AdapterPublished(R.Envelope.new("trainer"), "planner", version, f"file:///a/{version}", "0" * 64,
-                              "base", version, [R.OffsetRange("training-samples", 0, start, end)])
+                              "base", version, [R.OffsetRange("training-samples", 0, start, end)], metrics=metrics)
 
 
 def test_an_error_reward_is_not_a_sample_waiting_forever() -> None:
@@ -44,3 +44,19 @@ def test_closed_groups_are_counted_once_and_old_events_fall_back_to_received() -
     view.apply(closed("t1", received=2, samples=None))
     view.apply(closed("t2", received=4, samples=0, trains=False))
     assert view.backlog().pending_samples == 2
+
+
+def test_redelivered_duplicates_the_trainer_read_do_not_make_the_queue_look_shorter() -> None:
+    """Regression: a streams worker that re-processes a window after a rebalance re-sends its samples; the trainer
+    reads and drops the duplicates, and they are in its lineage. Counting them as consumed made the view believe
+    fewer samples were waiting than were, so the fan-out over-admitted and whole groups went stale."""
+    view = LoopView(canary_share=0.0)
+    for task in ("t1", "t2"):
+        view.apply(request(task))
+        view.apply(closed(task, received=4, samples=4))
+    assert view.backlog().pending_samples == 8
+    # v1 read 8 records: t1's 4 samples and their 4 redelivered copies; t2's 4 samples still wait
+    view.apply(published(1, 0, 7, dropped_duplicate=4.0))
+    assert view.backlog().pending_samples == 4
+    view.apply(published(2, 8, 12, dropped_not_a_sample=1.0))
+    assert view.backlog().pending_samples == 0
