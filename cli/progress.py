@@ -143,7 +143,8 @@ class Progress:
 
     def loop_closure(self) -> dict[str, Any]:
         """How fast published adapters serve: seconds and trainer steps from AdapterPublished to the first
-        rollout completed on it; versions never served; samples the trainer dropped as stale."""
+        rollout completed on it; versions never served; samples the trainer dropped as stale (and dropped for
+        any reason, by reason: ``duplicate`` counts redelivered samples)."""
         delays, steps = [], []
         for v, published in sorted(self.published_at.items()):
             served = self.first_served.get(v)
@@ -152,13 +153,18 @@ class Progress:
             delays.append((served - published).total_seconds())
             steps.append(sum(1 for w, t in self.published_at.items() if w > v and t < served))
         stale = sum(m.get("dropped_stale", 0.0) for _, _, _, m in self.adapters)
+        dropped: dict[str, float] = {}
+        for _, _, _, m in self.adapters:
+            for key, n in m.items():
+                if key.startswith("dropped_") and n:
+                    dropped[key.removeprefix("dropped_")] = dropped.get(key.removeprefix("dropped_"), 0.0) + n
         trained = sum(m.get("rollouts", 0.0) for _, _, _, m in self.adapters)
         return {
             "versions_published": len(self.published_at), "versions_served": len(delays),
             "never_served": sorted(v for v in self.published_at if v not in self.first_served),
             "publish_to_first_rollout_s": _percentiles(delays),
             "trainer_steps_to_first_rollout": {"max": max(steps) if steps else None, **_percentiles(steps)},
-            "samples_trained": trained, "samples_dropped_stale": stale,
+            "samples_trained": trained, "samples_dropped_stale": stale, "samples_dropped": dropped,
             "stale_share": stale / (stale + trained) if stale + trained else 0.0,
         }
 

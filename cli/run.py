@@ -409,7 +409,9 @@ def _loop_lines(loop: dict[str, Any]) -> list[str]:
             f" (never served: {loop['never_served'] or 'none'})",
             f"- publication -> first rollout completed on it: p50 {fmt(delay['p50'])} s, p95 {fmt(delay['p95'])} s;"
             f" trainer steps in between: p50 {fmt(steps['p50'])}, max {fmt(steps['max'])}",
-            f"- samples dropped as stale: {loop['samples_dropped_stale']:.0f} ({100 * loop['stale_share']:.1f} %)", ""]
+            f"- samples dropped as stale: {loop['samples_dropped_stale']:.0f} ({100 * loop['stale_share']:.1f} %)"
+            + "".join(f"; {reason}: {n:.0f}" for reason, n in sorted(loop.get("samples_dropped", {}).items())
+                      if reason != "stale"), ""]
 
 
 @click.command()

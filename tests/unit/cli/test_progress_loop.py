@@ -16,9 +16,10 @@ def env(seconds: float, **ids: str) -> R.Envelope:
     return R.Envelope(e.event_id, T0 + timedelta(seconds=seconds), e.producer, e.task_id, e.group_id, e.rollout_id)
 
 
-def published(v: int, at: float, stale: float = 0.0, rollouts: float = 8.0) -> R.AdapterPublished:
+def published(v: int, at: float, stale: float = 0.0, rollouts: float = 8.0, **drops: float) -> R.AdapterPublished:
     return R.AdapterPublished(env(at), "planner", v, f"file:///s/v{v}", "0" * 64, "base", v, [],
-                              metrics={"dropped_stale": stale, "rollouts": rollouts})
+                              metrics={"dropped_stale": stale, "rollouts": rollouts,
+                                       **{f"dropped_{k}": n for k, n in drops.items()}})
 
 
 def completed(v: int, at: float) -> R.RolloutCompleted:
@@ -35,7 +36,7 @@ def evaluation(v: int, acc: float, trigger: str = "run-evaluator") -> R.Evaluati
 def test_loop_closure_measures_delay_and_trainer_steps_until_a_version_serves() -> None:
     p = Progress()
     for e in [published(1, 10), completed(0, 12), completed(1, 25), published(2, 30), published(3, 50),
-              completed(2, 55), completed(3, 70), published(4, 80, stale=2.0)]:
+              completed(2, 55), completed(3, 70), published(4, 80, stale=2.0, duplicate=3.0)]:
         p.apply(e)
     loop = p.loop_closure()
     assert loop["versions_published"] == 4 and loop["versions_served"] == 3 and loop["never_served"] == [4]
@@ -43,6 +44,7 @@ def test_loop_closure_measures_delay_and_trainer_steps_until_a_version_serves() 
     assert loop["publish_to_first_rollout_s"] == {"p50": 20.0, "p95": 25.0, "n": 3}
     assert loop["trainer_steps_to_first_rollout"]["max"] == 1
     assert loop["samples_dropped_stale"] == 2.0 and loop["stale_share"] == 2.0 / 34.0
+    assert loop["samples_dropped"] == {"stale": 2.0, "duplicate": 3.0}
 
 
 def test_heldout_line_and_plot(tmp_path: Path) -> None:
