@@ -78,6 +78,11 @@ def broker_urls(bootstrap: str | None, scheme: str = "kafka") -> list[str]:
     return [f"{scheme}://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
 
 
+def session_timeout_s(settings: StreamsSettings, kafka: KafkaSettings) -> float:
+    """The Faust worker's group session timeout: ``[streams] session_timeout_s``, else ``[kafka]``'s."""
+    return settings.session_timeout_s if settings.session_timeout_s is not None else kafka.session_timeout_ms / 1000
+
+
 def _credentials(kafka: KafkaSettings) -> Any:
     if kafka.security_protocol.startswith("SASL"):
         password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else None
@@ -233,8 +238,8 @@ def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str
         broker_commit_interval=settings.commit_interval_s,
         consumer_auto_offset_reset="earliest",
         broker_rebalance_timeout=settings.rebalance_timeout_s,
-        broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        broker_session_timeout=session_timeout_s(settings, kafka),
+        broker_heartbeat_interval=min(3.0, session_timeout_s(settings, kafka) / 3),
         producer_acks=-1,
         autodiscover=False,
         worker_redirect_stdouts=False,

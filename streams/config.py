@@ -45,7 +45,11 @@ class StreamsSettings(StrictModel):
         100, ge=1, le=5000, description="Longest a consumer fetch waits for data. The embedded Tansu broker "
         "does not answer a waiting fetch early, so this bounds per-hop latency there; 500+ is fine on Apache Kafka.",
     )
-    session_timeout_s: float = Field(30.0, gt=0, le=600, description="Consumer group session timeout.")
+    session_timeout_s: float | None = Field(
+        None, gt=0, le=600, description="Consumer group session timeout of the Faust worker; unset: `[kafka] "
+        "session_timeout_ms`, the one every other consumer uses (a SIGKILLed worker stays a group member this long, "
+        "and the embedded Tansu broker holds every join for half of it).",
+    )
     agents: list[str] = Field(
         list(AGENT_NAMES), description=f"Agents this worker runs (subset of {', '.join(AGENT_NAMES)})."
     )

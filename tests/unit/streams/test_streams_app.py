@@ -41,6 +41,16 @@ def test_app_is_built_from_settings(tmp_path: Path) -> None:
     assert {a for a in app.agents} == {"streamgrpo.window", "streamgrpo.metrics"}
 
 
+def test_the_session_timeout_is_kafkas_unless_streams_sets_its_own(tmp_path: Path) -> None:
+    """One session timeout for every consumer: a streams worker that kept its own (30 s) while the others used
+    [kafka]'s stayed a ghost group member 30 s after a SIGKILL, and every join on Tansu waited 15 s."""
+    kafka = KafkaSettings(bootstrap="h:9092", session_timeout_ms=3000)
+    conf = create_app(settings(tmp_path), kafka, ["fanout"]).conf
+    assert conf.broker_session_timeout == 3.0 and conf.broker_heartbeat_interval == 1.0
+    conf = create_app(settings(tmp_path, session_timeout_s=20), kafka, ["fanout"]).conf
+    assert conf.broker_session_timeout == 20.0 and conf.broker_heartbeat_interval == 3.0
+
+
 def test_default_guarantee_is_at_least_once(tmp_path: Path) -> None:
     app = create_app(settings(tmp_path), KafkaSettings(bootstrap="h:9092"), ["fanout"])
     assert app.conf.processing_guarantee.value == "at_least_once"
