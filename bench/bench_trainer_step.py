@@ -64,7 +64,7 @@ def generate(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from streamgrpo.tasks.builtin import builtin_tasks
 
     torch.set_num_threads(args.threads)
-    cfg = RolloutConfig(model=args.model, constrain="off", dtype=args.policy_dtype, max_turns=args.max_turns, follow_adapters=False,
+    cfg = RolloutConfig(model=args.model, constrain=args.constrain, dtype=args.policy_dtype, max_turns=args.max_turns, follow_adapters=False,
                         tools={"enabled": ["calculator", "python", "knowledge_search"]})
     policy = build_policy(cfg)
     ctx, router = build_context(cfg, policy), Router(JudgeSettings())
@@ -240,6 +240,8 @@ def main() -> None:
     ap.add_argument("--policy-dtype", choices=["float32", "bfloat16"], default="bfloat16",
                     help="dtype of the rollout policy that samples (its logprobs are the behaviour logprobs)")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--constrain", choices=["auto", "on", "off"], default="off",
+                    help="grammar-constrained sampling of the generated samples (the rollout worker's default is auto)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     ap.add_argument("--samples-file", default=None, help="reuse samples written by an earlier run (Avro, base64 lines)")

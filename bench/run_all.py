@@ -30,6 +30,8 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "generation": (["bench_generation.py", "--threads", "1", "--groups", "4", "--max-turns", "2"], "Planner generation engines on real planner calls (SmolLM2-135M, CPU)"),
     "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
     "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step on realistic samples: defaults (bf16, shared prefix, TIS) vs the fp32 path before (SmolLM2-135M, CPU)"),
+    "trainer_events": (["bench_trainer_events.py", "--steps", "4"], "The event path's overhead per trainer step: consume + decode, "
+                       "publish an adapter, commit -- next to the step itself (SmolLM2-135M, realistic samples, embedded broker)"),
     "sandbox": (["bench_sandbox.py", "--calls", "30"], "Python sandbox and calculator: the cost of the isolation per call"),
     "search": (["bench_search.py", "--passages", "100000", "--queries", "1000"], "Knowledge search: own BM25 vs bm25s on 100k passages"),
     "math_agreement": (["bench_math_agreement.py"], "Math judge: v1 (own parser) vs v2 (math-verify) on the case table"),
@@ -100,6 +102,16 @@ NOTES: dict[str, str] = {
                   "both in one batch. `|dlogp|` compares recorded behaviour logprobs with a float32 transformers "
                   "recomputation of prompt + action. bf16 is slower than float32 on this CPU (AVX-512-BF16, no "
                   "AMX), so `dtype=auto` picks float32 here. Both engines sample with the inverse-CDF draw.",
+    "trainer_events": "What Kafka costs the trainer per optimizer step, measured on the trainer's own code (`collect`, "
+                      "`publish`, the consumer's commit) with one step's worth of realistic samples already on the "
+                      "embedded broker; `train_step_s` is the step itself on the same samples, for scale. `publish_ms` is "
+                      "almost all the adapter store's write (weights + optimizer state + sha256, about 22 MB for the default "
+                      "LoRA); producing and flushing the AdapterPublished (`announce_ms`) takes a few ms. The first step is "
+                      "shown apart. The baseline here is the step itself: the event path is `overhead_share` of a step. The samples "
+                      "are grammar-constrained (the rollout worker's default), so `collect_ms` includes the trainer's "
+                      "replay of each sample's grammar: the same benchmark on unconstrained samples "
+                      "(`python bench/bench_trainer_step.py --samples 8 --generate-only F`, then `--samples-file F`) measured "
+                      "57 ms per collect (one run, load 8.9), so the replay is most of it.",
     "trainer_step": "Samples from the real pipeline in the same run: built-in tasks, groups of 4, planner prompts "
                     "and SAMPLED actions with their true behaviour logprobs from a bf16 rollout policy "
                     "(--policy-dtype; the product's rollout dtype auto is fp32 here), judge rewards, GRPO advantages; 8 samples = one optimizer "
