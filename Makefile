@@ -58,16 +58,15 @@ run: setup ## Set up, then run the whole loop locally (broker, streams, judge, r
 test: setup ## Fast suite: unit + integration on the embedded broker (no slow end-to-end tests)
 	$(PYTEST) -m "not slow and not chaos" -q
 
-test-e2e: setup ## Slow end-to-end tests on SmolLM2 (also run by CI; quarantined ones excluded)
+test-e2e: setup ## Slow end-to-end tests: SmolLM2, the tiny-model loop, the chaos audit, a real vLLM server (also run by CI; tests marked quarantine excluded)
 	$(PYTEST) -m "slow and not quarantine" -q
 
 test-all: test test-e2e ## Both suites
 
 FUZZ_EXAMPLES ?= 1000
-reliability: setup ## Reliability campaign, bounded (~7 min): fuzzing at FUZZ_EXAMPLES examples per property, then the chaos audit (RELIABILITY.md)
+reliability: setup ## Reliability campaign, bounded (~7 min): fuzzing at FUZZ_EXAMPLES examples per property, then the chaos audit (RELIABILITY.md; CI runs it in test-e2e)
 	STREAMGRPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTEST) -q -p no:cacheprovider tests/unit/fuzz
 	$(PYTEST) -q -m chaos tests/e2e/test_chaos.py
-	$(PYTEST) -q -m quarantine
 
 bench: setup ## Benchmarks (codec, broker, streams, generation, rollout, trainer step, search, math judge agreement); results go to BENCHMARKS.md
 	$(BIN)/python bench/run_all.py

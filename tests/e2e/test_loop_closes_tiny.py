@@ -24,10 +24,7 @@ from streamgrpo.cli.progress import Progress
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics.follow import read_topic
 
-# Quarantined from CI (`make test-e2e`): on 2026-11-23 it failed twice in a row (11 % and 14 % of samples stale): the
-# tiny-model trainer stepped six versions in about 3 s, faster than the fan-out's admission follows. Not diagnosed;
-# the SmolLM2 runs of BENCHMARKS.md (0 % stale) are unaffected. `make reliability` runs it.
-pytestmark = [pytest.mark.slow, pytest.mark.quarantine, pytest.mark.broker, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.timeout(1200)]
 
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
