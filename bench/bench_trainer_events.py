@@ -61,7 +61,15 @@ async def measure(kafka: KafkaSettings, samples: list[R.TrainingSample], steps: 
     from streamgrpo.topics.consumer import EventConsumer
     from streamgrpo.topics.producer import EventProducer
     from streamgrpo.trainer.config import TrainerConfig
-    from streamgrpo.trainer.loop import SAMPLES_TOPIC, SERVICE, TrainerState, build_training, collect, publish, train_step
+    from streamgrpo.trainer.loop import (
+        SAMPLES_TOPIC,
+        SERVICE,
+        TrainerState,
+        build_training,
+        collect,
+        publish,
+        train_step,
+    )
 
     cfg = TrainerConfig(adapter_store=store, samples_per_step=len(samples), metrics_port=0)
     state = TrainerState(*build_training(cfg, None))
