@@ -67,4 +67,28 @@ def test_every_adapter_serves_within_two_trainer_steps(kafka_ns: KafkaSettings, 
     late = [v for v in progress.published_at if v < max(progress.published_at) - 1 and v not in progress.first_served]
     assert not late, f"versions never served: {late} ({loop})"
     assert loop["trainer_steps_to_first_rollout"]["max"] <= 2, loop
-    assert loop["stale_share"] < 0.05, loop
+    assert loop["stale_share"] < 0.05, (loop, trace(kafka_ns))
+
+
+def trace(kafka: KafkaSettings) -> str:
+    """Which groups went stale: each group's version, partition and request/close times; each adapter's lineage."""
+    lines, t0 = [], None
+    requested: dict[str, tuple[int, int, float]] = {}
+    for r in read_topic(kafka, "rollout-requests"):
+        if r.event is not None and r.event.envelope.group_id not in requested:
+            t0 = t0 if t0 is not None else r.timestamp_ms
+            requested[r.event.envelope.group_id] = (r.event.adapter_version, r.partition, (r.timestamp_ms - t0) / 1e3)
+    closed = {r.event.envelope.group_id: (r.timestamp_ms, r.event.samples) for r in read_topic(kafka, "groups")
+              if r.event is not None}
+    for g, (v, part, at) in requested.items():
+        c = closed.get(g)
+        lines.append(f"group {g[:8]} v{v} p{part} requested {at:.1f}s closed "
+                     f"{(c[0] - (t0 or 0)) / 1e3 if c else None}s samples {c and c[1]}")
+    for r in read_topic(kafka, "adapter-events"):
+        if r.event is not None and hasattr(r.event, "lineage"):
+            lines.append(f"v{r.event.version} at {(r.timestamp_ms - (t0 or 0)) / 1e3:.1f}s lineage "
+                         f"{[(x.partition, x.start, x.end) for x in r.event.lineage]} "
+                         f"{ {k: v for k, v in r.event.metrics.items() if k.startswith('dropped_')} }")
+    samples = [f"sample p{r.partition}@{r.offset} {r.event.envelope.group_id[:8]} bv{r.event.behaviour_version}"
+               for r in read_topic(kafka, "training-samples") if r.event is not None]
+    return "\n".join(lines + samples)
