@@ -1,6 +1,7 @@
 """Learning on the built-in tasks: `streamgrpo run` with the product's defaults, judged on the held-out split.
 
-    python bench/bench_learning.py [DURATION_S] [--runs N]     # default 1800 s (30 min), 1 run
+    python bench/bench_learning.py [DURATION_S] [--runs N] [--plot OUT.png]   # default 1800 s (30 min), 1 run
+    python bench/bench_learning.py --plot-reports OUT.png REPORT_DIR...       # the plot of earlier runs
 
 Run i (0, 1, 2, ...) sets the trainer's seed to i (`STREAMGRPO_TRAINER__SEED`); sampling in the rollout
 worker is not seeded, so runs differ in their rollouts as well as in their LoRA initialisation.
@@ -56,8 +57,44 @@ def summarise(report: Path) -> dict[str, object]:
     }
 
 
-def main(duration_s: int = 1800, runs: int = 1) -> dict[str, object]:
+def plot_runs(reports: list[Path], path: Path) -> None:
+    """Held-out accuracy of every run over wall time: the in-loop evaluator's sample per version (lines) and the
+    end-of-run evaluation of the base model and the last adapter on the full split (squares), one colour a run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, report in enumerate(reports):
+        summary = json.loads((report / "summary.json").read_text())
+        colour = f"C{i}"
+        loop = [e for e in summary["evaluations"] if e["trigger"] == "run-evaluator"]
+        if loop:
+            ax.plot([e["t"] / 60 for e in loop], [e["accuracy"] for e in loop], "o-", color=colour, markersize=3,
+                    label=f"run {i}: in-loop sample (n={loop[0]['tasks']}) per adapter version")
+        final = sorted((e for e in summary["evaluations"] if e["trigger"] == "run-final"), key=lambda e: e["version"])
+        if final:
+            end = max(e["t"] for e in final) / 60
+            for e, x in zip(final, (0.0, end), strict=False):
+                ax.errorbar([x], [e["accuracy"]], yerr=[[e["accuracy"] - e["ci_low"]], [e["ci_high"] - e["accuracy"]]],
+                            fmt="s", color=colour, capsize=3, markersize=6)
+            ax.annotate(f"v{final[-1]['version']}", (end, final[-1]["accuracy"]), textcoords="offset points",
+                        xytext=(6, 0), fontsize=8, color=colour)
+    ax.set_xlabel("minutes since the run started (squares: full held-out split, base at 0, last adapter at the end)")
+    ax.set_ylabel("held-out accuracy (correctness only, greedy)")
+    ax.set_ylim(-0.02, 0.5)
+    ax.set_title(f"Held-out accuracy, {len(reports)} runs of `streamgrpo run` with the defaults (95% CI)")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(duration_s: int = 1800, runs: int = 1, plot: Path | None = None) -> dict[str, object]:
     results = [one_run(duration_s, i) for i in range(runs)]
+    if plot is not None:
+        plot_runs([Path(str(r["report"])) for r in results], plot)
     gains = [r["heldout_gain"] for r in results if r["heldout_gain"] is not None]
     return {
         "bench": "learning", "duration_s": duration_s, "runs": runs, "settings": "every setting at its default",
@@ -77,6 +114,11 @@ if __name__ == "__main__":
     if args and args[0] == "--summarise":  # an existing run's report directory
         print(json.dumps(summarise(Path(args[1]))))
         sys.exit(0)
+    if args and args[0] == "--plot-reports":  # OUT.png REPORT_DIR...: the plot of existing runs
+        plot_runs([Path(a) for a in args[2:]], Path(args[1]))
+        sys.exit(0)
     n = int(args[args.index("--runs") + 1]) if "--runs" in args else 1
-    positional = [a for i, a in enumerate(args) if a != "--runs" and (i == 0 or args[i - 1] != "--runs")]
-    print(json.dumps(main(int(positional[0]) if positional else 1800, n)))
+    plot = Path(args[args.index("--plot") + 1]) if "--plot" in args else None
+    options = {i for i, a in enumerate(args) if a in ("--runs", "--plot")}
+    positional = [a for i, a in enumerate(args) if i not in options and i - 1 not in options]
+    print(json.dumps(main(int(positional[0]) if positional else 1800, n, plot)))
