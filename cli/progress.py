@@ -152,12 +152,13 @@ class Progress:
                 continue
             delays.append((served - published).total_seconds())
             steps.append(sum(1 for w, t in self.published_at.items() if w > v and t < served))
-        stale = sum(m.get("dropped_stale", 0.0) for _, _, _, m in self.adapters)
         dropped: dict[str, float] = {}
         for _, _, _, m in self.adapters:
             for key, n in m.items():
                 if key.startswith("dropped_") and n:
-                    dropped[key.removeprefix("dropped_")] = dropped.get(key.removeprefix("dropped_"), 0.0) + n
+                    reason = key.removeprefix("dropped_")
+                    dropped[reason] = dropped.get(reason, 0.0) + n
+        stale = dropped.get("stale", 0.0)
         trained = sum(m.get("rollouts", 0.0) for _, _, _, m in self.adapters)
         return {
             "versions_published": len(self.published_at), "versions_served": len(delays),
