@@ -17,9 +17,10 @@ clip fraction, gradient norm and the sampler/trainer log-prob mismatch describe 
     python bench/bench_trainer_step.py --steps 3
 
 Modes (:data:`MODES`): ``fp32_before`` is the path before (fp32, every row computed alone, padded
-micro-batches, ratio against the behaviour logprobs); ``bf16`` and ``bf16_shared_prefix`` add one
-change each with the same estimator (so their losses compare with fp32's); ``defaults`` is
-TrainerConfig's defaults (precision auto, shared prefix, truncated importance sampling).
+micro-batches, ratio against the behaviour logprobs); ``bf16``, ``bf16_shared_prefix`` and
+``fp32_shared_prefix`` change the precision and/or the prefix sharing with the same estimator (so
+their losses compare with fp32's); ``defaults`` is TrainerConfig's defaults (precision auto: fp32 on a
+CPU without AMX, bf16 with AMX or on a bf16 GPU; shared prefix; truncated importance sampling).
 Trainer tokens/s = (prompt + action) tokens of the trained rows / seconds per step (median).
 
 What is covered: forward + backward + optimizer of one step, time, peak RSS, loss. What is not: Kafka,
@@ -47,6 +48,7 @@ MODES: dict[str, dict[str, Any]] = {
     "fp32_before": {"precision": "fp32", "share_prefix": False, "correction": "behaviour"},
     "bf16": {"precision": "bf16", "share_prefix": False, "correction": "behaviour"},
     "bf16_shared_prefix": {"precision": "bf16", "share_prefix": True, "correction": "behaviour"},
+    "fp32_shared_prefix": {"precision": "fp32", "share_prefix": True, "correction": "behaviour"},
     "defaults": {},
 }
 BASELINE = "fp32_before"
@@ -81,7 +83,7 @@ def generate(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     write_samples(out, samples)
     rows = [t for s in samples for t in s.turns]
     return {
-        "policy_dtype": args.policy_dtype, "groups": groups, "zero_variance_groups_skipped": skipped,
+        "policy_dtype": str(getattr(policy, "dtype", args.policy_dtype)).removeprefix("torch."), "groups": groups, "zero_variance_groups_skipped": skipped,
         "generation_s": round(time.perf_counter() - start, 1), "samples": len(samples), "rows": len(rows),
         "prompt_tokens_per_row": round(statistics.mean(len(t.prompt_token_ids) for t in rows), 1),
         "action_tokens_per_row": round(statistics.mean(len(t.action_token_ids) for t in rows), 1),
@@ -237,8 +239,9 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--policy-dtype", choices=["float32", "bfloat16"], default="bfloat16",
-                    help="dtype of the rollout policy that samples (its logprobs are the behaviour logprobs)")
+    ap.add_argument("--policy-dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                    help="dtype of the rollout policy that samples (its logprobs are the behaviour logprobs); auto: "
+                         "the rollout worker's default rule (bfloat16 only on AMX CPUs and bf16 GPUs)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--constrain", choices=["auto", "on", "off"], default="off",
                     help="grammar-constrained sampling of the generated samples (the rollout worker's default is auto)")

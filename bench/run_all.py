@@ -29,7 +29,7 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "streams": (["bench_streams.py"], "Advantage window: rewards/s and last-reward -> samples latency"),
     "generation": (["bench_generation.py", "--threads", "1", "--groups", "4", "--max-turns", "2"], "Planner generation engines on real planner calls (SmolLM2-135M, CPU)"),
     "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
-    "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step on realistic samples: defaults (bf16, shared prefix, TIS) vs the fp32 path before (SmolLM2-135M, CPU)"),
+    "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step on realistic samples: defaults (precision auto, shared prefix, TIS) vs the fp32 path before (SmolLM2-135M, CPU)"),
     "trainer_events": (["bench_trainer_events.py", "--steps", "4"], "The event path's overhead per trainer step: consume + decode, "
                        "publish an adapter, commit -- next to the step itself (SmolLM2-135M, realistic samples, embedded broker)"),
     "sandbox": (["bench_sandbox.py", "--calls", "30"], "Python sandbox and calculator: the cost of the isolation per call"),
@@ -114,21 +114,26 @@ NOTES: dict[str, str] = {
                       "(`python bench/bench_trainer_step.py --samples 8 --generate-only F`, then `--samples-file F`) measured "
                       "57 ms per collect (one run, load 8.9), so the replay is most of it.",
     "trainer_step": "Samples from the real pipeline in the same run: built-in tasks, groups of 4, planner prompts "
-                    "and SAMPLED actions with their true behaviour logprobs from a bf16 rollout policy "
-                    "(--policy-dtype; the product's rollout dtype auto is fp32 here), judge rewards, GRPO advantages; 8 samples = one optimizer "
-                    "step. Every column trains the same samples from the same fresh adapter, each in its own "
-                    "process. `fp32_before` is the path before; `bf16` and `bf16_shared_prefix` add one change each "
-                    "with the same estimator, so their step-1 loss compares with fp32's; `defaults` is what the "
-                    "trainer runs by default (precision auto = bf16 on this AVX512-BF16 CPU, shared prefix, "
-                    "truncated importance sampling: its loss value equals the others' when nothing is clipped or "
-                    "truncated). The step-1 `abs(logp - behaviour)` row is the sampler/trainer mismatch of a bf16 "
-                    "sampler (adapter v0 sampled, v0 trained). Samples unconstrained (`constrain = off`: the trainer-step "
-                    "cost alone; replaying the grammar adds ~50-80 us per action token). Target 2.5x: not met "
-                    "(2.2x); bf16 alone gains 5 % on this CPU (AVX512-BF16, no AMX), the shared prefix the rest. "
-                    "History: this section used to time random action "
-                    "tokens with random behaviour logprobs (importance ratio ~0, no policy gradient): 36.9 s vs "
-                    "52.6 s per step (action-only vs full logits, 8 x 480-token prompts); those figures did not "
-                    "describe a real step.",
+                    "and SAMPLED actions with their true behaviour logprobs from the rollout policy in its default "
+                    "dtype (`--policy-dtype auto`: float32 on this CPU), judge rewards, GRPO advantages; 8 samples = one "
+                    "optimizer step. Every column trains the same samples from the same fresh adapter, each in its own "
+                    "process. `fp32_before` is the path before; `bf16`, `bf16_shared_prefix` and `fp32_shared_prefix` "
+                    "change the precision and/or share the prompt prefixes with the same estimator, so their step-1 "
+                    "loss compares with fp32's; `defaults` is what the trainer runs by default (precision auto, shared "
+                    "prefix, truncated importance sampling: its loss equals the others' when nothing is clipped or "
+                    "truncated). Precision auto is now float32 on this CPU (AVX512-BF16, no AMX), the rollout policy's "
+                    "rule: bf16 runs at 0.59x of float32 here, and with float32 on both sides the sampler/trainer "
+                    "mismatch (`abs(logp - behaviour)` row, adapter v0 sampled, v0 trained) is ~1e-5 instead of "
+                    "0.015 mean / 0.17 max with a bf16 trainer. The speed-up of the prefix sharing depends on how "
+                    "much the step's rows share: an earlier run of this command on samples from a bf16 sampler "
+                    "(5912 row tokens, 1389 in the prefix tree) measured fp32_before 19.9 s, bf16_shared_prefix 13.9 s, "
+                    "fp32_shared_prefix 8.5 s (2.34x); here the rows share less (8158 / 2057) and the same columns give "
+                    "1.19x and 1.73x. A tree token costs ~2.5x a padded token (the tree runs ~26 small decoder calls "
+                    "per step; merging them computes more tokens and was slower). Samples unconstrained (`constrain = "
+                    "off`: the trainer-step cost alone; replaying the grammar adds ~50-80 us per action token). Target "
+                    "2.5x: NOT met (1.6-2.3x). History: this section used to time random action tokens with random "
+                    "behaviour logprobs (importance ratio ~0, no policy gradient): 36.9 s vs 52.6 s per step "
+                    "(action-only vs full logits, 8 x 480-token prompts); those figures did not describe a real step.",
     "sandbox": "`jail` is one python-tool call in the bubblewrap jail (uid 65534, user/pid/net/ipc/uts/cgroup/mount "
                "namespaces, seccomp, rlimits, the bootstrap); `bare_interpreter` is the same interpreter started with "
                "`python -I -c` and no isolation. `build` (plan + the probe that verifies every isolation) is paid once "

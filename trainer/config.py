@@ -56,7 +56,7 @@ class TrainerConfig(StrictModel):
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient norm clipping.")
     samples_per_step: int = shared("samples_per_step")
     micro_batch_tokens: int = Field(4096, ge=16, description="Token budget of one micro-batch (gradient accumulation splits a step into micro-batches): tokens of its prefix tree with share_prefix, else padded tokens.")
-    precision: str = Field("auto", description="Compute precision: auto (bf16 on a GPU or a CPU with AMX/AVX512-BF16, else fp32), bf16 or fp32. LoRA weights and optimizer state are fp32 in every case.")
+    precision: str = Field("auto", description="Compute precision: auto (bf16 on a bf16 GPU or a CPU with AMX, else fp32: the rollout policy's dtype rule), bf16 or fp32. LoRA weights and optimizer state are fp32 in every case.")
     share_prefix: bool = Field(True, description="Compute each prompt prefix shared by several rows of a micro-batch (system prompt, a group's question, a group's first-turn prompt) once, with gradients through it; same loss and gradient.")
     correction: str = Field("tis", description="Off-policy correction: tis (PPO ratio against the trainer's own recomputation, times a truncated importance weight min(pi/mu, tis_cap) for the sampler's numerics and staleness) or behaviour (ratio against the behaviour logprobs, no weight).")
     tis_cap: float = Field(2.0, gt=0.0, description="Truncation C of the importance weight min(exp(trainer logp - behaviour logp), C) (correction = tis).")

@@ -117,10 +117,11 @@ def load_policy(spec: ModelSpec, adapter_dir: Path | None = None) -> Any:
     """Base model + LoRA (new, or resumed from ``adapter_dir``) -> a ``peft.PeftModel`` in train mode,
     prepared for ``spec.precision`` (frozen decoder weights in the compute dtype, the rest fp32)."""
     model = attach_lora(load_base(spec), spec, adapter_dir)
-    dtype = P.resolve(spec.precision, pick_device(spec.device))
+    device = pick_device(spec.device)
+    dtype = P.resolve(spec.precision, device)
     P.prepare_for_training(model, dtype)
-    log.info("trainer precision %s: compute in %s, LoRA weights and optimizer state in fp32", spec.precision,
-             str(dtype).removeprefix("torch."))
+    log.info("trainer precision %s: compute in %s (%s), LoRA weights and optimizer state in fp32", spec.precision,
+             str(dtype).removeprefix("torch."), P.reason(spec.precision, device))
     model.train()
     return model
 

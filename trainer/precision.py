@@ -1,9 +1,12 @@
 """Training precision: bf16 compute with fp32 LoRA master weights and fp32 optimizer state, or fp32.
 
 Settings (``precision``, registry :data:`PRECISIONS`):
-- ``auto`` (default): bf16 on a CUDA GPU that supports it, and on a CPU with native bf16 matmuls
-  (AMX-BF16 or AVX512-BF16, read from the CPU's feature flags); fp32 everywhere else.
-- ``bf16``: bf16 compute wherever asked (on a CPU without native bf16 it runs, emulated and slower).
+- ``auto`` (default): bf16 on a CUDA GPU that supports it, and on a CPU with AMX tiles
+  (:func:`~streamgrpo.models.numerics.cpu_has_fast_bf16`: the same rule as the rollout policy's
+  ``dtype=auto``, so sampler and trainer compute in the same dtype); fp32 everywhere else. A CPU with
+  AVX512-BF16 but no AMX gets fp32: bf16 products run at about half fp32's rate there, and a
+  SmolLM2 step took 13.2 s in bf16 against 8.5 s in fp32 (``bench/bench_trainer_step.py``).
+- ``bf16``: bf16 compute wherever asked (on a CPU without AMX it runs, slower).
 - ``fp32``: everything fp32 (the path before; the reference the bf16 path is tested against).
 
 What bf16 means here (:func:`prepare_for_training`): the FROZEN base weights of the decoder's linear
@@ -22,35 +25,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from streamgrpo.models.numerics import cpu_has_fast_bf16
 from streamgrpo.trainer.errors import ModelConfigError
 
-#: CPU feature flags (``/proc/cpuinfo``) of native bf16 matmuls: AMX tiles, or AVX-512 BF16.
-BF16_CPU_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 
-
-def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The CPU's feature flags (empty where ``/proc/cpuinfo`` is not readable: not Linux)."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
-
-
-def native_bf16(device: torch.device, flags: frozenset[str] | None = None) -> bool:
-    """Whether ``device`` computes bf16 matmuls natively (faster than fp32)."""
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 matmuls natively AND faster than fp32."""
     if device.type == "cuda":
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     if device.type == "cpu":
-        return bool((cpu_flags() if flags is None else flags) & BF16_CPU_FLAGS)
+        return cpu_has_fast_bf16()[0]
     return False
 
 
@@ -64,6 +52,17 @@ PRECISIONS: dict[str, Callable[[torch.device], torch.dtype]] = {
     "bf16": lambda device: torch.bfloat16,
     "fp32": lambda device: torch.float32,
 }
+
+
+def reason(precision: str, device: torch.device) -> str:
+    """Why ``precision`` gives the dtype it gives on ``device`` (for the start-up log)."""
+    if precision != "auto":
+        return "set explicitly"
+    if device.type == "cuda":
+        return "GPU supports bf16" if native_bf16(device) else "GPU without bf16 support"
+    if device.type == "cpu":
+        return cpu_has_fast_bf16()[1]
+    return f"no bf16 rule for device type {device.type!r}"
 
 
 def resolve(precision: str, device: torch.device) -> torch.dtype:

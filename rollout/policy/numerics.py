@@ -4,8 +4,8 @@
 device, and float32 everywhere else:
 
 - CUDA: bfloat16 when the GPU supports it (``torch.cuda.is_bf16_supported()``), else float32.
-- CPU: bfloat16 when the CPU has AMX tiles (``torch.cpu._is_amx_tile_supported()``, which also
-  checks that the kernel lets the process use them). AVX-512-BF16 alone is NOT enough: on a 2-core
+- CPU: bfloat16 when the CPU has AMX tiles (:func:`~streamgrpo.models.numerics.cpu_has_fast_bf16`, the
+  rule the trainer's ``precision=auto`` uses too). AVX-512-BF16 alone is NOT enough: on a 2-core
   AVX-512-BF16 VM without AMX, oneDNN's bf16 matmul ran at 50-75 GFLOP/s against 70-130 for
   float32 (404x576x3072, 1-2 threads), so bf16 would be slower there and only cost accuracy.
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from streamgrpo.models.numerics import cpu_has_fast_bf16
 from streamgrpo.rollout.errors import PolicyError
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -39,17 +40,6 @@ class DtypeChoice:
     dtype: torch.dtype
     name: str
     reason: str
-
-
-def cpu_has_fast_bf16() -> tuple[bool, str]:
-    """(fast, why): AMX tiles usable by this process -> bf16 matmuls several times float32's speed."""
-    amx = bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
-    if amx:
-        return True, "CPU has AMX tiles"
-    avx = bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
-    if avx:
-        return False, "CPU has AVX-512-BF16 but no usable AMX (bf16 matmuls measured slower than float32)"
-    return False, "CPU has neither AMX nor AVX-512-BF16"
 
 
 def resolve_dtype(setting: str, device: torch.device | str) -> DtypeChoice:

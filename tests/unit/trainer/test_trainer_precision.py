@@ -34,16 +34,19 @@ def lora(seed=0, tied=False):
     return model.train(), tok
 
 
-def test_auto_picks_bf16_only_where_the_hardware_computes_it(tmp_path):
-    assert P.native_bf16(CPU, frozenset({"avx512f", "avx512_bf16"}))
-    assert P.native_bf16(CPU, frozenset({"amx_bf16", "amx_tile"}))
-    assert not P.native_bf16(CPU, frozenset({"avx2", "avx512f"}))
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16\n")
-    assert P.cpu_flags(cpuinfo) == {"fpu", "sse", "avx512f", "avx512_bf16"}
-    assert P.cpu_flags(tmp_path / "missing") == frozenset()
-    assert P.resolve("auto", CPU) == (torch.bfloat16 if P.native_bf16(CPU) else torch.float32)
+@pytest.mark.parametrize(("amx", "avx512_bf16", "expected"), [(True, True, torch.bfloat16), (True, False, torch.bfloat16),
+                                                              (False, True, torch.float32), (False, False, torch.float32)])
+def test_auto_on_cpu_picks_bf16_only_with_amx_like_the_rollout_policy(monkeypatch, amx, avx512_bf16, expected):
+    from streamgrpo.rollout.policy.numerics import resolve_dtype
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    assert P.resolve("auto", CPU) == expected
+    # the sampler and the trainer on one machine compute in the same dtype
+    assert resolve_dtype("auto", CPU).dtype == expected
+    assert P.reason("auto", CPU) == resolve_dtype("auto", CPU).reason
     assert P.resolve("fp32", CPU) == torch.float32 and P.resolve("bf16", CPU) == torch.bfloat16
+    assert P.reason("bf16", CPU) == "set explicitly"
     with pytest.raises(ModelConfigError, match="auto"):
         P.resolve("fp16", CPU)
 
