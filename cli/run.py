@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,17 +153,18 @@ class RunSettings:
     policy: str = "local"
 
 
-def _write_config(cfg: RunSettings, run_dir: Path) -> Path:
+def _write_config(cfg: RunSettings, run_dir: Path, environ: Mapping[str, str] | None = None) -> Path:
     """The run's TOML: the user's file (if any) with the run's paths added where unset, and admission sized
-    to the rollout workers it starts (groups in flight = workers x concurrency)."""
+    to the rollout workers it starts (groups in flight = workers x concurrency, the concurrency the workers
+    will run: the user's file, then ``STREAMGRPO_ROLLOUT__CONCURRENCY``)."""
     import tomllib
+
+    from streamgrpo.rollout.config import RolloutConfig
 
     base: dict[str, Any] = {}
     if cfg.config_path:
         base = tomllib.loads(Path(cfg.config_path).read_text())
-    from streamgrpo.rollout.config import RolloutConfig
-
-    concurrency = int(base.get("rollout", {}).get("concurrency", RolloutConfig.model_fields["concurrency"].default))
+    concurrency = config.load(RolloutConfig, "rollout", path=cfg.config_path, environ=environ).concurrency
     base.setdefault("streams", {}).setdefault("max_groups_in_flight", max(1, cfg.rollout_workers * concurrency))
     merged = merge_run_defaults(base, run_dir=run_dir, home=cfg.home)
     path = run_dir / "streamgrpo.toml"

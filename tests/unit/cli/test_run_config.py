@@ -38,3 +38,13 @@ def test_the_users_loop_settings_win(tmp_path: Path) -> None:
     rollout = config.load(RolloutConfig, "rollout", path=path, environ={})
     assert rollout.model_cache == Path("/srv/models") and rollout.max_turns == 6
     assert rollout.adapter_store == run_dir / "adapters"
+
+
+def test_admission_follows_the_concurrency_the_workers_will_run_env_included(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    environ = {"STREAMGRPO_ROLLOUT__CONCURRENCY": "3"}
+    path = _write_config(run_settings(tmp_path), run_dir, environ=environ)
+    rollout = config.load(RolloutConfig, "rollout", path=path, environ=environ)
+    streams = config.load(StreamsSettings, "streams", path=path, environ=environ)
+    assert rollout.concurrency == 3 and streams.max_groups_in_flight == 2 * 3
