@@ -9,6 +9,10 @@ parse statuses and tokens per action, read back from the topics.
 
 Both modes run in the same process on the same requests and seed (paired): planner replies stopped
 where their JSON object closes (the default) and replies run to EOS / ``max_new_tokens`` (before).
+Several ``--concurrency`` values (groups one worker runs at once) run the same requests one after the
+other in the same process, e.g. the default against twice as many groups in one decode batch::
+
+    python bench/bench_rollout.py --groups 8 --max-turns 4 --max-new-tokens 64 --concurrency 2 4 --modes stop_at_json_end
     python bench/bench_rollout.py --bootstrap 127.0.0.1:9092   # your broker instead of embedded Tansu
 
 What is covered: one worker, model-free roles by default (the training setup on CPU), base model
@@ -106,7 +110,8 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--max-turns", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1],
+                    help="groups the worker runs at once; several values run one after the other (columns MODE/cN)")
     ap.add_argument("--roles", choices=["model-free", "model"], default="model-free")
     ap.add_argument("--seed", type=int, default=1234, help="sampling seed shared by both modes (paired runs)")
     ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES),
@@ -123,22 +128,34 @@ def main() -> None:
             bootstrap = broker.bootstrap
         modes = ASK_MODEL_MODES if args.roles == "model" else {}
         requests = requests_for(args.groups, args.group_size, args.max_turns, args.max_new_tokens, args.seed)
-        for mode in args.modes:
-            kafka = KafkaSettings(bootstrap=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}.")
-            cfg = RolloutConfig(model=args.model, concurrency=args.concurrency, max_turns=args.max_turns,
-                                follow_adapters=False, stop_at_json_end=MODES[mode],
-                                tools={"enabled": ["calculator", "python", "knowledge_search"]}, **modes)
-            print(f"[bench_rollout] {mode} ...", file=sys.stderr, flush=True)
-            results[mode] = run_mode(kafka, cfg, requests)
+        for concurrency in args.concurrency:
+            for mode in args.modes:
+                kafka = KafkaSettings(bootstrap=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}.")
+                cfg = RolloutConfig(model=args.model, concurrency=concurrency, max_turns=args.max_turns,
+                                    follow_adapters=False, stop_at_json_end=MODES[mode],
+                                    tools={"enabled": ["calculator", "python", "knowledge_search"]}, **modes)
+                name = mode if len(args.concurrency) == 1 else f"{mode}/c{concurrency}"
+                print(f"[bench_rollout] {name} ...", file=sys.stderr, flush=True)
+                results[name] = run_mode(kafka, cfg, requests)
     out: dict[str, object] = {
         "bench": "rollout_worker", "host": platform.node(), "cpus": os.cpu_count(),
         "load_avg_1m": os.getloadavg()[0], "model": args.model, "roles": args.roles,
         "groups": args.groups, "group_size": args.group_size, "max_turns": args.max_turns,
-        "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "seed": args.seed, **results,
+        "max_new_tokens": args.max_new_tokens,
+        "concurrency": args.concurrency[0] if len(args.concurrency) == 1 else args.concurrency, "seed": args.seed,
+        **results,
     }
-    if len(results) == 2:
+    if len(args.concurrency) == 1 and len(results) == 2:
         a, b = (results[m] for m in MODES)
         out["speedup_rollouts_per_s"] = round(float(a["rollouts_per_s"]) / max(1e-9, float(b["rollouts_per_s"])), 2)
+    if len(args.concurrency) > 1:  # each concurrency against the first, per mode
+        first = args.concurrency[0]
+        for mode in args.modes:
+            for c in args.concurrency[1:]:
+                out[f"speedup_{mode}_c{c}_vs_c{first}"] = round(
+                    float(results[f"{mode}/c{c}"]["rollouts_per_s"]) /
+                    max(1e-9, float(results[f"{mode}/c{first}"]["rollouts_per_s"])), 2)
+    if len(results) > 1:
         out["table"] = table(results)
     print(json.dumps(out, indent=2))
 

@@ -28,7 +28,8 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "broker": (["bench_broker.py", "20000"], "Embedded broker: produce / consume per client"),
     "streams": (["bench_streams.py"], "Advantage window: rewards/s and last-reward -> samples latency"),
     "generation": (["bench_generation.py", "--threads", "1", "--groups", "4", "--max-turns", "2"], "Planner generation engines on real planner calls (SmolLM2-135M, CPU)"),
-    "rollout": (["bench_rollout.py", "--groups", "4", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "48", "--concurrency", "2"], "Rollout worker throughput on the built-in tasks"),
+    "rollout": (["bench_rollout.py", "--groups", "8", "--group-size", "4", "--max-turns", "4", "--max-new-tokens", "64", "--concurrency", "2", "4", "--modes", "stop_at_json_end"],
+                "Rollout worker throughput on the built-in tasks: concurrency 4 (the default) vs 2 (before)"),
     "trainer_step": (["bench_trainer_step.py", "--steps", "3"], "Trainer step on realistic samples: defaults (precision auto, shared prefix, TIS) vs the fp32 path before (SmolLM2-135M, CPU)"),
     "trainer_events": (["bench_trainer_events.py", "--steps", "4"], "The event path's overhead per trainer step: consume + decode, "
                        "publish an adapter, commit -- next to the step itself (SmolLM2-135M, realistic samples, embedded broker)"),
@@ -44,12 +45,14 @@ BENCHES: dict[str, tuple[list[str], str]] = {
                      "Held-out accuracy after the same 30-minute budget: TRL GRPOTrainer vs `streamgrpo run`"),
     "learning": (["bench_learning.py", "1800", "--runs", "3", "--plot", "docs/learning_heldout_3seeds.png"],
                  "Learning on the built-in tasks: `streamgrpo run` (defaults, 30 min, 3 seeds), held-out accuracy before/after"),
+    "run_throughput": (["bench_run.py", "--duration", "600", "--concurrency", "2", "4"],
+                       "Whole-loop throughput: `streamgrpo run` rollouts per minute by rollout-worker concurrency (10 min each)"),
     "vllm": (["bench_vllm.py", "--group-size", "8", "--max-new-tokens", "64", "--rounds", "3"],
              "Planner generation on a local vLLM server vs the local policy (SmolLM2-135M, N=8, CPU)"),
 }
-#: The long ones (12-80 min each) run only when named: `python bench/run_all.py trl learning constrain`; so does
+#: The long ones (12-80 min each) run only when named: `python bench/run_all.py trl learning constrain run_throughput`; so does
 #: `vllm`, which needs the optional server install (`make setup-vllm`).
-LONG = ("trl", "trl_learning", "learning", "vllm", "constrain")
+LONG = ("trl", "trl_learning", "learning", "vllm", "constrain", "run_throughput")
 
 
 #: Reading notes added under a section (what the figures mean; not measured values).

@@ -158,10 +158,10 @@ class _JsonPrinter:
         click.echo(json.dumps({"type": type(event).__name__, "event": event.to_avro()}, default=str))
 
 
-@click.command("rollout", epilog="\b\nExample:\n  streamgrpo rollout --bootstrap 127.0.0.1:9092 --concurrency 2\n\n"
+@click.command("rollout", epilog="\b\nExample:\n  streamgrpo rollout --bootstrap 127.0.0.1:9092 --concurrency 4\n\n"
                "All [rollout] settings (TOML, or env STREAMGRPO_ROLLOUT__<FIELD>): --show-settings.")
 @click.option("--bootstrap", default=None, envvar="STREAMGRPO_BOOTSTRAP", help="Kafka bootstrap host:port.")
-@click.option("--concurrency", type=int, default=None, help="Groups run at once (default 2).")
+@click.option("--concurrency", type=int, default=None, help="Groups run at once (default 4; their planner calls share one decode batch).")
 @click.option("--policy", type=click.Choice(["local", "vllm"]), default=None, help="Planner backend (default local).")
 @click.option("--model", default=None, help="Base model (alias, local dir, or the vLLM served name).")
 @click.option("--device", default=None, help="Torch device of the local policy.")
