@@ -69,7 +69,8 @@ def main() -> int:
         runs.append(one_run(home, args.duration, concurrency))
     base = float(str(runs[0]["rollouts_per_min"])) or 1e-9
     print(json.dumps({
-        "bench": "run_throughput", "duration_s": args.duration, "cpus": os.cpu_count(), "runs": runs,
+        "bench": "run_throughput", "duration_s": args.duration, "cpus": os.cpu_count(),
+        "runs": {f"concurrency {r['concurrency']}": r for r in runs},
         "rollouts_per_min_vs_first": [round(float(str(r["rollouts_per_min"])) / base, 2) for r in runs],
         "table": table(runs),
     }))
