@@ -125,11 +125,11 @@ class RolloutConfig(StrictModel):
     max_new_tokens: int = Field(64, ge=8, le=4096, description="Planner tokens per action in `ask`.")
     seed: int | None = Field(None, description="Sampling seed of `ask` (unset: random).")
     # -- worker -----------------------------------------------------------------------------------
-    concurrency: int = Field(4, ge=1, le=256, description="Groups run at once by one worker (each in a thread). "
-                             "With the fast local engine their planner calls share ONE decode batch, and a decode "
-                             "step costs about the same at 8 or 16 rows on a CPU (reading the weights dominates), so "
-                             "more groups = more rollouts per minute: `streamgrpo run` 10 min, 13.6 rollouts/min at "
-                             "2 vs 22.8 at 4 (BENCHMARKS.md). `streamgrpo run` sizes admission to it.")
+    concurrency: int = Field(4, ge=1, le=256, description="Groups run at once by one worker (each in a thread; with "
+                             "the fast local engine their planner calls share one decode batch). More groups keep the "
+                             "worker busy while finished groups travel through judge, window and admission: "
+                             "`python bench/bench_run.py` (10-minute `streamgrpo run`s on 2 CPU cores) measured 12.8 "
+                             "rollouts/min at 2 and 19.6 at 4. `streamgrpo run` sizes admission to it.")
     consumer_group: str = Field("rollout", description="Kafka consumer group of the workers (more workers in the "
                                 "same group = more throughput).")
     batch_max_records: int = Field(64, ge=1, le=10000, description="Most requests taken from Kafka per poll.")
