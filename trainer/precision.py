@@ -2,7 +2,7 @@
 
 Settings (``precision``, registry :data:`PRECISIONS`):
 - ``auto`` (default): bf16 on a CUDA GPU that supports it, and on a CPU with AMX tiles
-  (:func:`~streamgrpo.models.numerics.cpu_has_fast_bf16`: the same rule as the rollout policy's
+  (:func:`~streamgrpo.models.numerics.fast_bf16`: the same rule as the rollout policy's
   ``dtype=auto``, so sampler and trainer compute in the same dtype); fp32 everywhere else. A CPU with
   AVX512-BF16 but no AMX gets fp32: bf16 products run at about half fp32's rate there, and a
   SmolLM2 step took 13.2 s in bf16 against 8.5 s in fp32 (``bench/bench_trainer_step.py``).
@@ -29,17 +29,13 @@ from typing import Any
 
 import torch
 
-from streamgrpo.models.numerics import cpu_has_fast_bf16
+from streamgrpo.models.numerics import fast_bf16
 from streamgrpo.trainer.errors import ModelConfigError
 
 
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` computes bf16 matmuls natively AND faster than fp32."""
-    if device.type == "cuda":
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    if device.type == "cpu":
-        return cpu_has_fast_bf16()[0]
-    return False
+    return fast_bf16(device)[0]
 
 
 def _auto(device: torch.device) -> torch.dtype:
@@ -56,13 +52,7 @@ PRECISIONS: dict[str, Callable[[torch.device], torch.dtype]] = {
 
 def reason(precision: str, device: torch.device) -> str:
     """Why ``precision`` gives the dtype it gives on ``device`` (for the start-up log)."""
-    if precision != "auto":
-        return "set explicitly"
-    if device.type == "cuda":
-        return "GPU supports bf16" if native_bf16(device) else "GPU without bf16 support"
-    if device.type == "cpu":
-        return cpu_has_fast_bf16()[1]
-    return f"no bf16 rule for device type {device.type!r}"
+    return fast_bf16(device)[1] if precision == "auto" else "set explicitly"
 
 
 def resolve(precision: str, device: torch.device) -> torch.dtype:

@@ -4,7 +4,7 @@
 device, and float32 everywhere else:
 
 - CUDA: bfloat16 when the GPU supports it (``torch.cuda.is_bf16_supported()``), else float32.
-- CPU: bfloat16 when the CPU has AMX tiles (:func:`~streamgrpo.models.numerics.cpu_has_fast_bf16`, the
+- CPU: bfloat16 when the CPU has AMX tiles (:func:`~streamgrpo.models.numerics.fast_bf16`, the
   rule the trainer's ``precision=auto`` uses too). AVX-512-BF16 alone is NOT enough: on a 2-core
   AVX-512-BF16 VM without AMX, oneDNN's bf16 matmul ran at 50-75 GFLOP/s against 70-130 for
   float32 (404x576x3072, 1-2 threads), so bf16 would be slower there and only cost accuracy.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from streamgrpo.models.numerics import cpu_has_fast_bf16
+from streamgrpo.models.numerics import fast_bf16
 from streamgrpo.rollout.errors import PolicyError
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -48,15 +48,8 @@ def resolve_dtype(setting: str, device: torch.device | str) -> DtypeChoice:
         return DtypeChoice(DTYPES[setting], setting, "set explicitly")
     if setting != "auto":
         raise PolicyError(f"dtype {setting!r} is not one of {list(DTYPE_CHOICES)}")
-    kind = torch.device(device).type
-    if kind == "cuda":
-        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-            return DtypeChoice(torch.bfloat16, "bfloat16", "GPU supports bf16")
-        return DtypeChoice(torch.float32, "float32", "GPU without bf16 support")
-    if kind == "cpu":
-        fast, why = cpu_has_fast_bf16()
-        return DtypeChoice(torch.bfloat16 if fast else torch.float32, "bfloat16" if fast else "float32", why)
-    return DtypeChoice(torch.float32, "float32", f"no bf16 rule for device type {kind!r}")
+    fast, why = fast_bf16(device)
+    return DtypeChoice(torch.bfloat16 if fast else torch.float32, "bfloat16" if fast else "float32", why)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
