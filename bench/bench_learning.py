@@ -26,12 +26,19 @@ from statistics import mean
 
 
 def one_run(duration_s: int, index: int) -> dict[str, object]:
-    work = Path(tempfile.mkdtemp(prefix=f"streamgrpo-learning-{index}-"))
-    home = work / "home"
-    env = {**os.environ, "STREAMGRPO_TRAINER__SEED": str(index)}
-    subprocess.run([sys.executable, "-m", "streamgrpo.cli", "run", "--duration", str(duration_s), "--home", str(home)],
-                   check=True, stdout=subprocess.DEVNULL, env=env)
-    return {"seed": index, **summarise(next(home.glob("runs/*/report")))}
+    home = Path(tempfile.mkdtemp(prefix=f"streamgrpo-learning-{index}-")) / "home"
+    return {"seed": index, **run_and_summarise(home, duration_s, {"STREAMGRPO_TRAINER__SEED": str(index)})}
+
+
+def run_and_summarise(home: Path, duration_s: int, env: dict[str, str], final_eval: bool = True) -> dict[str, object]:
+    """One `streamgrpo run` under ``home`` with ``env`` added to this process's environment; :func:`summarise` of
+    the report it wrote."""
+    before = set(home.glob("runs/*/report"))
+    cmd = [sys.executable, "-m", "streamgrpo.cli", "run", "--duration", str(duration_s), "--home", str(home)]
+    subprocess.run(cmd + ([] if final_eval else ["--no-final-eval"]), check=True, stdout=subprocess.DEVNULL,
+                   env={**os.environ, **env})
+    [report] = set(home.glob("runs/*/report")) - before
+    return summarise(report)
 
 
 def summarise(report: Path) -> dict[str, object]:
@@ -49,7 +56,8 @@ def summarise(report: Path) -> dict[str, object]:
                                                                for k in ("accuracy", "ci_low", "ci_high")}},
         "heldout_gain": round(last["accuracy"] - base["accuracy"], 3) if base and last else None,
         "heldout_tasks": base["tasks"] if base else None,
-        "rollouts": summary["rollouts"], "adapters_published": summary["adapters_published"],
+        "rollouts": summary["rollouts"], "groups": summary["groups"], "groups_training": summary["groups_training"],
+        "training_samples": summary["training_samples"], "adapters_published": summary["adapters_published"],
         "publish_to_first_rollout_s": loop["publish_to_first_rollout_s"],
         "trainer_steps_to_first_rollout_max": loop["trainer_steps_to_first_rollout"]["max"],
         "stale_share": round(loop["stale_share"], 3), "never_served": loop["never_served"],

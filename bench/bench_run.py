@@ -18,32 +18,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench_learning import run_and_summarise
+
 
 def one_run(home: Path, duration_s: int, concurrency: int) -> dict[str, object]:
     """One `streamgrpo run` with ``concurrency``; its figures read from the report it wrote."""
-    before = set(home.glob("runs/*/report"))
-    env = {**os.environ, "STREAMGRPO_ROLLOUT__CONCURRENCY": str(concurrency)}
     start = time.time()
-    subprocess.run([sys.executable, "-m", "streamgrpo.cli", "run", "--duration", str(duration_s), "--no-final-eval",
-                    "--home", str(home)], check=True, stdout=subprocess.DEVNULL, env=env)
+    summary = run_and_summarise(home, duration_s, {"STREAMGRPO_ROLLOUT__CONCURRENCY": str(concurrency)},
+                                final_eval=False)
     wall = time.time() - start
-    [report] = set(home.glob("runs/*/report")) - before
-    summary = json.loads((report / "summary.json").read_text())
-    loop = summary["loop"]
     return {
-        "concurrency": concurrency, "rollouts": summary["rollouts"],
-        "rollouts_per_min": round(summary["rollouts"] / (duration_s / 60), 2),
-        "groups": summary["groups"], "groups_training": summary["groups_training"],
-        "training_samples": summary["training_samples"], "adapters_published": summary["adapters_published"],
-        "stale_share": round(loop["stale_share"], 3), "never_served": loop["never_served"],
-        "publish_to_first_rollout_s": loop["publish_to_first_rollout_s"],
-        "trainer_steps_to_first_rollout_max": loop["trainer_steps_to_first_rollout"]["max"],
+        "concurrency": concurrency, "rollouts_per_min": round(float(str(summary["rollouts"])) / (duration_s / 60), 2),
+        **{k: summary[k] for k in ("rollouts", "groups", "groups_training", "training_samples", "adapters_published",
+                                   "stale_share", "never_served", "publish_to_first_rollout_s",
+                                   "trainer_steps_to_first_rollout_max")},
         "wall_s": round(wall, 1), "load_avg_1m_end": round(os.getloadavg()[0], 2),
     }
 
