@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,10 +59,13 @@ class RangeSource:
         self.position += len(batch)
         return batch
 
-    async def commit(self) -> None:
-        """Nothing is committed to Kafka (the replay's progress is its stored adapters); remembers how far
-        the published adapters reach (the loop commits right after each publish)."""
-        self.committed = self.position
+    async def commit(self, held: Mapping[tuple[str, int], int] | None = None) -> None:
+        """Nothing is committed to Kafka (the replay's progress is its stored adapters); counts the records the
+        published adapters reach (the loop commits right after each publish): those polled, less what the
+        trainer's intake still ``held`` ((topic, partition) -> first held offset)."""
+        stops = held or {}
+        self.committed = sum(1 for r in self.records[:self.position]
+                             if r.offset < stops.get((r.topic, r.partition), r.offset + 1))
 
     async def dead_letter(self, received: Received, reason_code: str, reason: str) -> None:
         self.rejected.append((received, reason_code))  # the live consumer dead-lettered it already

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -187,18 +187,28 @@ class EventConsumer:
         await asyncio.to_thread(dlq.flush)
         del self._unacked[:len(letters)]
 
-    async def commit(self) -> None:
+    async def commit(self, held: Mapping[tuple[str, int], int] | None = None) -> None:
         """Commit everything polled so far, after pending dead letters are acknowledged (retried, then
-        paused until they are: see :func:`~streamgrpo.topics.dead_letter.deliver`)."""
+        paused until they are: see :func:`~streamgrpo.topics.dead_letter.deliver`). ``held``: (catalog topic,
+        partition) -> the first offset the caller polled but has not handled yet; the commit stops there and
+        the rest of that partition is committed by a later call."""
         if self._unacked:
             await deliver(self._send_dead_letters, f"{len(self._unacked)} dead letter(s) of consumer "
                           f"{self.group_id}", backoff=self.backoff, alive=self.alive)
-        await self._commit_offsets()
+        await self._commit_offsets(held or {})
 
-    async def _commit_offsets(self) -> None:
+    async def _commit_offsets(self, held: Mapping[tuple[str, int], int] | None = None) -> None:
         if not self._pending:
             return
-        offsets, self._pending = dict(self._pending), {}
+        offsets: dict[TopicPartition, int] = {}
+        later: dict[TopicPartition, int] = {}
+        for tp, end in self._pending.items():
+            stop = (held or {}).get((logical_name(self.kafka, tp.topic), tp.partition))
+            if stop is not None and stop < end:
+                later[tp] = end
+                end = stop
+            offsets[tp] = end
+        self._pending = later
         try:
             await self._consumer.commit(offsets)
         except (CommitFailedError, RebalanceInProgressError) as exc:

@@ -1,11 +1,11 @@
 """The trainer process: consume -> batch -> step -> store -> announce -> commit.
 
 ```
-[training-samples] --collect()--> admitted samples (exactly one step's worth; stale/dup dropped)
+[training-samples] --collect()--> admitted samples (exactly one step's worth, oldest first; stale/dup dropped)
         --train_step()--> metrics (step.optimizer_step on micro-batches, in a worker thread)
         every publish_every steps:
         --publish()--> adapter_store.write_version (atomic) -> AdapterPublished (flushed)
-        --consumer.commit()--> offsets of exactly what that adapter trained on
+        --consumer.commit()--> offsets of exactly what that adapter trained on (not what the intake holds)
 ```
 
 Rollbacks (:mod:`streamgrpo.trainer.rollback`): the trainer follows ``adapter-events`` through the one
@@ -17,8 +17,11 @@ Guarantees: offsets are committed only after the adapter that used them is store
 A restarted trainer (even after SIGKILL) resumes from the newest stored adapter + optimizer state;
 records that adapter already covered (crash between store and commit) are skipped by the
 manifest's ``committed`` map, and a stored but unannounced version is announced again, so no
-sample is skipped or trained twice. Backpressure: each poll asks only for the samples the current
-step still needs, and nothing is polled while a step runs.
+sample is skipped or trained twice. Order: samples are taken oldest behaviour version first from
+everything polled (:mod:`streamgrpo.trainer.intake`), so a group that closed early on one partition does
+not go stale behind later groups on the others; commits stop at what the intake still holds.
+Backpressure: the intake holds at most the admission budget plus one step, and nothing is polled while
+a step runs.
 Not covered: several trainers in one consumer group (one trainer process per training run).
 """
 
@@ -28,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,6 +56,7 @@ from streamgrpo.trainer import rollback
 from streamgrpo.trainer.batching import build_batch, drop_reason, micro_batches
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.errors import TrainerError
+from streamgrpo.trainer.intake import Intake, capacity
 from streamgrpo.trainer.lineage import Lineage, already_trained, parse_tp_key
 from streamgrpo.trainer.losses import build_loss
 from streamgrpo.trainer.model import load_policy
@@ -66,6 +70,8 @@ SAMPLES_TOPIC = "training-samples"
 #: After a restart the trainer re-reads up to this many samples per partition below the stored adapter's committed
 #: offsets and remembers their ids (:func:`remember_trained`).
 DEDUP_LOOKBACK = 5000
+#: How long a poll waits for records already on their way once the intake holds a step's worth (ms).
+DRAIN_MS = 20
 
 
 @dataclass
@@ -85,6 +91,7 @@ class TrainerState:
     seen: RecentIds = field(default_factory=RecentIds)
     last_metrics: dict[str, float] = field(default_factory=dict)
     replay: GrammarReplay | None = None  # built at the first sample sampled under a grammar
+    intake: Intake = field(default_factory=Intake)  # polled, not yet taken into a step
 
 
 def grammar_replay(state: TrainerState, cfg: TrainerConfig) -> GrammarReplay:
@@ -201,7 +208,7 @@ class SampleSource(Protocol):
 
     async def poll(self, max_records: int = ..., timeout_ms: int = ...) -> list[Received]: ...
 
-    async def commit(self) -> None: ...
+    async def commit(self, held: Mapping[tuple[str, int], int] | None = None) -> None: ...
 
     async def dead_letter(self, received: Received, reason_code: str, reason: str) -> None: ...
 
@@ -240,18 +247,30 @@ def accept(received: Received, state: TrainerState, cfg: TrainerConfig) -> tuple
 async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfig,
                   heartbeat: Heartbeat | None = None) -> list[R.TrainingSample] | None:
     """Read until one optimizer step's worth of samples is admitted; ``None`` after ``idle_exit_s`` idle
-    (time waiting for a partition assignment, e.g. while a killed predecessor's session expires, is not idle)."""
+    (time waiting for a partition assignment, e.g. while a killed predecessor's session expires, is not idle).
+
+    Everything already fetched (up to :func:`~streamgrpo.trainer.intake.capacity`) is polled into
+    ``state.intake`` before samples are taken from it, oldest behaviour version first (see
+    :mod:`streamgrpo.trainer.intake`); what a step does not take stays there for the next one."""
     alive = heartbeat or Heartbeat(None)
     samples: list[R.TrainingSample] = []
+    intake, cap = state.intake, capacity(cfg.samples_per_step, cfg.max_staleness)
     idle_since = time.monotonic()
     while len(samples) < cfg.samples_per_step:
-        batch = await consumer.poll(max_records=cfg.samples_per_step - len(samples), timeout_ms=cfg.poll_timeout_ms)
-        alive.beat()
-        if batch or not consumer.assignment():  # idle = assigned partitions with nothing new
-            idle_since = time.monotonic()
-        elif cfg.idle_exit_s is not None and time.monotonic() - idle_since > cfg.idle_exit_s:
-            return None
-        for received in batch:
+        need = cfg.samples_per_step - len(samples)
+        if len(intake) < cap:
+            # wait for records while fewer than the step needs are held; otherwise only drain what is fetched
+            batch = await consumer.poll(max_records=cap - len(intake),
+                                        timeout_ms=cfg.poll_timeout_ms if len(intake) < need else DRAIN_MS)
+            alive.beat()
+            intake.extend(batch)
+            if batch or not consumer.assignment():  # idle = assigned partitions with nothing new
+                idle_since = time.monotonic()
+            elif cfg.idle_exit_s is not None and time.monotonic() - idle_since > cfg.idle_exit_s:
+                return None
+            if batch and len(intake) < cap:
+                continue  # more may be fetched already: choose among all of it
+        while len(samples) < cfg.samples_per_step and (received := intake.take()) is not None:
             sample, reason = accept(received, state, cfg)
             if sample is not None:
                 samples.append(sample)
@@ -349,7 +368,7 @@ async def train(consumer: SampleSource, producer: EventProducer, state: TrainerS
             with M.current().timer(M.ADAPTER_PUBLISH_DURATION):
                 published.append(await asyncio.to_thread(publish, producer, state, cfg))
             M.current().set(M.ADAPTER_VERSION, state.version, role="trained")
-            await consumer.commit()
+            await consumer.commit(state.intake.held())  # not past what the intake still holds
     return published
 
 
