@@ -101,8 +101,9 @@ class LoopSettings(StrictModel):
         "trainer drops (reason 'stale') anything further behind.",
     )
     samples_per_step: int = Field(8, ge=1, le=4096, description="TrainingSamples (rollouts) per optimizer step: "
-                                  "the trainer reads exactly this many; the fan-out's admission budget derives "
-                                  "from it.")
+                                  "the trainer reads this many, oldest behaviour version first (more when a "
+                                  "sample it holds would otherwise wait until it is too stale); the fan-out's "
+                                  "admission budget derives from it.")
     max_turns: int = Field(4, ge=1, le=32, description="Planner turn budget of a rollout, written into every "
                            "RolloutRequest (and used by `ask`); a worker honours each request's own budget.")
     canary_share: float = Field(

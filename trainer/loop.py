@@ -1,7 +1,7 @@
 """The trainer process: consume -> batch -> step -> store -> announce -> commit.
 
 ```
-[training-samples] --collect()--> admitted samples (exactly one step's worth, oldest first; stale/dup dropped)
+[training-samples] --collect()--> admitted samples (one step's worth, oldest first; stale/dup dropped)
         --train_step()--> metrics (step.optimizer_step on micro-batches, in a worker thread)
         every publish_every steps:
         --publish()--> adapter_store.write_version (atomic) -> AdapterPublished (flushed)
@@ -19,7 +19,9 @@ records that adapter already covered (crash between store and commit) are skippe
 manifest's ``committed`` map, and a stored but unannounced version is announced again, so no
 sample is skipped or trained twice. Order: samples are taken oldest behaviour version first from
 everything polled (:mod:`streamgrpo.trainer.intake`), so a group that closed early on one partition does
-not go stale behind later groups on the others; commits stop at what the intake still holds.
+not go stale behind later groups on the others, and before a step that publishes, a held sample the next
+version would make too stale is taken with everything ahead of it (the step grows). Commits stop at what
+the intake still holds.
 Backpressure: the intake holds at most the admission budget plus one step, and nothing is polled while
 a step runs.
 Not covered: several trainers in one consumer group (one trainer process per training run).
@@ -70,8 +72,9 @@ SAMPLES_TOPIC = "training-samples"
 #: After a restart the trainer re-reads up to this many samples per partition below the stored adapter's committed
 #: offsets and remembers their ids (:func:`remember_trained`).
 DEDUP_LOOKBACK = 5000
-#: How long a poll waits for records already on their way once the intake holds a step's worth (ms).
-DRAIN_MS = 20
+#: How long a poll waits for more records once the intake holds a step's worth (ms): long enough for a group
+#: that closed at about the same time as the one just received (each step waits this long once more).
+DRAIN_MS = 100
 
 
 @dataclass
@@ -251,7 +254,9 @@ async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfi
 
     Everything already fetched (up to :func:`~streamgrpo.trainer.intake.capacity`) is polled into
     ``state.intake`` before samples are taken from it, oldest behaviour version first (see
-    :mod:`streamgrpo.trainer.intake`); what a step does not take stays there for the next one."""
+    :mod:`streamgrpo.trainer.intake`); what a step does not take stays there for the next one. Before a step
+    that publishes, a held sample the next version would make too stale is taken too, with every record ahead
+    of it on its partition: such a step has more than ``samples_per_step`` samples."""
     alive = heartbeat or Heartbeat(None)
     samples: list[R.TrainingSample] = []
     intake, cap = state.intake, capacity(cfg.samples_per_step, cfg.max_staleness)
@@ -271,15 +276,25 @@ async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfi
             if batch and len(intake) < cap:
                 continue  # more may be fetched already: choose among all of it
         while len(samples) < cfg.samples_per_step and (received := intake.take()) is not None:
-            sample, reason = accept(received, state, cfg)
-            if sample is not None:
-                samples.append(sample)
-                continue
-            state.dropped[str(reason)] += 1
-            M.current().inc(M.TRAINER_DROPS, reason=str(reason))
-            if reason in DEAD_LETTER_REASONS:
-                await consumer.dead_letter(received, f"trainer_{reason}", f"TrainingSample cannot be trained: {reason}")
+            await take(received, samples, consumer, state, cfg)
+    publishes = (state.step + 1) % cfg.publish_every == 0
+    if publishes:  # a held sample the next version would make too stale is trained now (the step grows)
+        for received in intake.take_through_older(state.version + 1 - cfg.max_staleness):
+            await take(received, samples, consumer, state, cfg)
     return samples
+
+
+async def take(received: Received, samples: list[R.TrainingSample], consumer: SampleSource, state: TrainerState,
+               cfg: TrainerConfig) -> None:
+    """Accept ``received`` into ``samples``, or count (and, when the record is bad, dead-letter) its drop."""
+    sample, reason = accept(received, state, cfg)
+    if sample is not None:
+        samples.append(sample)
+        return
+    state.dropped[str(reason)] += 1
+    M.current().inc(M.TRAINER_DROPS, reason=str(reason))
+    if reason in DEAD_LETTER_REASONS:
+        await consumer.dead_letter(received, f"trainer_{reason}", f"TrainingSample cannot be trained: {reason}")
 
 
 def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: TrainerConfig) -> dict[str, float]:

@@ -61,3 +61,31 @@ def test_a_group_closed_earlier_on_another_partition_is_trained_first_and_the_re
     assert dict(state.dropped) == {}
     assert (committed_older, committed_newer) == (4, 0)  # the newer group was polled, not trained: held
     assert again == [2, 2, 2, 2]  # a restarted trainer reads it again: nothing skipped
+
+
+def test_an_older_group_behind_a_newer_one_on_its_partition_is_trained_in_the_same_step(kafka_ns, tmp_path):
+    """A group admitted at v3 closes after a group admitted at v4, on the same partition. The step that makes v5
+    must take both: after it, the v3 group would be 2 versions behind and dropped as stale."""
+    model, tok = tiny_model(0)
+    base = tmp_path / "base"
+    model.save_pretrained(base)
+    newer = make_samples(tok, 4, seed=23, behaviour_version=4)
+    older = make_samples(tok, 4, seed=24, behaviour_version=3)
+    later = make_samples(tok, 4, seed=25, behaviour_version=4)
+    with EventProducer(kafka_ns, "test") as producer:
+        for s in [*newer, *older, *later]:
+            producer.send(s, key="same")
+    cfg = TrainerConfig(base_model=str(base), adapter_store=tmp_path / "adapters", device="cpu", lora_rank=4,
+                        lora_alpha=8, samples_per_step=4, max_staleness=1, run_name="inversion", poll_timeout_ms=200)
+    state = resume(cfg)
+    state.version = 4
+
+    async def run() -> list[int]:
+        async with EventConsumer(kafka_ns, cfg.group_id, [SAMPLES_TOPIC], SERVICE, commit_on_revoke=False) as c:
+            step = await collect(c, state, cfg)
+            assert step is not None
+            return [s.behaviour_version for s in step]
+
+    assert asyncio.run(run()) == [4, 4, 4, 4, 3, 3, 3, 3]  # the step grew past samples_per_step to take v3
+    assert dict(state.dropped) == {}
+    assert [r.event.behaviour_version for q in state.intake.queues.values() for r in q] == [4, 4, 4, 4]

@@ -56,3 +56,15 @@ def test_records_that_are_not_samples_go_first_and_held_is_each_partitions_first
 def test_capacity_is_the_admission_budget_plus_one_step():
     assert capacity(8, 1) == 24
     assert capacity(4, 0) == 8
+
+
+def test_take_through_older_hands_out_each_partition_up_to_its_last_sample_below_the_version():
+    intake = Intake()
+    # partition 1: a v4 group closed first and sits ahead of a v3 group (admitted earlier, closed later)
+    intake.extend([rec(1, 16, 4, 100), rec(1, 17, 4, 101), rec(1, 24, 3, 120), rec(1, 25, 3, 121),
+                   rec(1, 32, 5, 200), rec(0, 8, 4, 150), rec(2, 0, 2, 90), rec(2, 1, 5, 210)])
+    taken = [(r.partition, r.offset) for r in intake.take_through_older(4)]
+    assert taken == [(1, 16), (1, 17), (1, 24), (1, 25), (2, 0)]  # the v4 records ahead of v3 come along
+    assert intake.held() == {("training-samples", 0): 8, ("training-samples", 1): 32, ("training-samples", 2): 1}
+    assert intake.take_through_older(4) == []
+    assert intake.take_through_older(0) == [] and len(intake) == 3
