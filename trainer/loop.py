@@ -271,7 +271,8 @@ async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfi
             intake.extend(batch)
             if batch or not consumer.assignment():  # idle = assigned partitions with nothing new
                 idle_since = time.monotonic()
-            elif cfg.idle_exit_s is not None and time.monotonic() - idle_since > cfg.idle_exit_s:
+            elif (len(intake) < need and cfg.idle_exit_s is not None  # ... and not a step's worth held
+                  and time.monotonic() - idle_since > cfg.idle_exit_s):
                 return None
             if batch and len(intake) < cap:
                 continue  # more may be fetched already: choose among all of it

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from streamgrpo.avro import records as R
 from streamgrpo.topics.received import Received
+from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.intake import Intake, capacity
+from streamgrpo.trainer.loop import TrainerState, collect
 
 
 def rec(partition: int, offset: int, version: int | None, ts: int) -> Received:
@@ -68,3 +72,37 @@ def test_take_through_older_hands_out_each_partition_up_to_its_last_sample_below
     assert intake.held() == {("training-samples", 0): 8, ("training-samples", 1): 32, ("training-samples", 2): 1}
     assert intake.take_through_older(4) == []
     assert intake.take_through_older(0) == [] and len(intake) == 3
+
+
+class SlowEndSource:
+    """Every record in the first poll, then empty polls that take longer than the trainer's idle_exit_s."""
+
+    def __init__(self, records: list[Received]) -> None:
+        self.records = records
+
+    async def poll(self, max_records: int = 100, timeout_ms: int = 500) -> list[Received]:
+        out, self.records = self.records[:max_records], self.records[max_records:]
+        if not out:
+            await asyncio.sleep(0.01)
+        return out
+
+    async def commit(self, held=None) -> None: ...
+
+    async def dead_letter(self, received: Received, reason_code: str, reason: str) -> None: ...
+
+    def assignment(self) -> set[str]:
+        return {"assigned"}
+
+
+def test_a_step_held_in_the_intake_is_trained_even_when_the_source_then_goes_idle():
+    """Idle means nothing to train: with a step's worth held, an empty poll past idle_exit_s must not end the
+    trainer (a replay polls everything at once and uses idle_exit_s=0.001)."""
+    cfg = TrainerConfig(base_model="unused", samples_per_step=2, max_staleness=1, idle_exit_s=0.001,
+                        poll_timeout_ms=1)
+    state = TrainerState(model=None, optimizer=None, scheduler=None)  # type: ignore[arg-type]
+    source = SlowEndSource([rec(0, i, 0, 100 + i) for i in range(5)])
+    steps = []
+    while (step := asyncio.run(collect(source, state, cfg))) is not None:
+        steps.append([s.envelope.event_id for s in step])
+    assert steps == [["s0-0", "s0-1"], ["s0-2", "s0-3"]]  # the fifth sample waits for a sixth
+    assert len(state.intake) == 1
