@@ -195,15 +195,16 @@ class EventConsumer:
         if self._unacked:
             await deliver(self._send_dead_letters, f"{len(self._unacked)} dead letter(s) of consumer "
                           f"{self.group_id}", backoff=self.backoff, alive=self.alive)
-        await self._commit_offsets(held or {})
+        await self._commit_offsets(held)
 
     async def _commit_offsets(self, held: Mapping[tuple[str, int], int] | None = None) -> None:
         if not self._pending:
             return
+        stops = held or {}
         offsets: dict[TopicPartition, int] = {}
         later: dict[TopicPartition, int] = {}
         for tp, end in self._pending.items():
-            stop = (held or {}).get((logical_name(self.kafka, tp.topic), tp.partition))
+            stop = stops.get((logical_name(self.kafka, tp.topic), tp.partition))
             if stop is not None and stop < end:
                 later[tp] = end
                 end = stop
