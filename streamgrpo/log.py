@@ -39,5 +39,5 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("aiokafka", "kafka", "faust", "mode", "httpx", "urllib3", "filelock"):
+    for noisy in ("aiokafka", "kafka", "librdkafka", "faust", "mode", "httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -2,15 +2,20 @@
 
 One place turns :class:`~streamgrpo.config.KafkaSettings` into client settings: bootstrap
 resolution (configured, else the running embedded broker), security, client ids and the topic
-prefix. Secrets are passed to the clients, never logged.
+prefix. Secrets are passed to the clients, never logged. librdkafka's own log lines (``%6|...|BGQUEUE|...``)
+go through Python logging (logger ``librdkafka``, WARNING and above shown by default), not raw to stderr.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
 from typing import Any
 
 from streamgrpo.config import BrokerSettings, KafkaSettings, load
+
+#: Where librdkafka's log lines go (its syslog levels mapped to logging's by confluent-kafka).
+RDKAFKA_LOGGER = logging.getLogger("librdkafka")
 
 
 def bootstrap(kafka: KafkaSettings) -> str:
@@ -39,6 +44,7 @@ def client_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
         "bootstrap.servers": bootstrap(kafka),
         "client.id": kafka.client_id,
         "security.protocol": kafka.security_protocol,
+        "logger": RDKAFKA_LOGGER,  # librdkafka's lines through logging, not printed raw by its default log_cb
     }
     if kafka.sasl_mechanism:
         cfg["sasl.mechanism"] = kafka.sasl_mechanism
