@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from streamgrpo import __version__
-from streamgrpo.errors import StreamGRPOError
+from streamgrpo.errors import EXIT_MISCONFIGURED, ConfigError, StreamGRPOError
 
 #: command name -> (import path "module:attribute", one-line help shown by --help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> Any:
         return cli.main(args=argv, prog_name="streamgrpo", standalone_mode=True)
     except StreamGRPOError as exc:
         click.echo(f"error: {redact(str(exc))}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_MISCONFIGURED if isinstance(exc, ConfigError) else 2)
 
 
 if __name__ == "__main__":  # pragma: no cover

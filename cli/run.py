@@ -4,7 +4,9 @@ Brings up the embedded broker (unless ``--bootstrap`` names one), ensures topics
 stream processors, the judge, rollout worker(s) and the trainer as child processes of this one,
 submits the built-in task set (or ``--tasks FILE``), and shows a live progress line built from
 the events themselves (tasks done, mean reward per adapter version, trainer step, loss, adapters
-published and picked up). A child that dies is restarted (with backoff) and the run says so.
+published and picked up). A child that dies is restarted (with backoff) and the run says so; a child
+that exits "misconfigured" (exit status 78, a ConfigError such as a missing bubblewrap) is not restarted:
+the run prints its error line and stops.
 It stops after ``--duration`` or on Ctrl-C, shuts every child down (SIGTERM, then SIGKILL after a
 grace period) and writes a report directory: ``summary.json``, ``summary.md``, and
 ``reward_per_version.png``.
@@ -33,6 +35,7 @@ import click
 from streamgrpo import config
 from streamgrpo.cli.progress import Progress, RunTracker
 from streamgrpo.config import SUPERVISOR_PID_ENV, KafkaSettings
+from streamgrpo.errors import EXIT_MISCONFIGURED
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,15 @@ class Child:
     crashes: int = 0  # consecutive deaths without a stable run in between: the backoff's exponent
     log_path: Path | None = None
     history: list[str] = field(default_factory=list)
+    failed: bool = False  # exited misconfigured (EXIT_MISCONFIGURED): not restarted
+
+    def last_error(self) -> str:
+        """The last ``error: ...`` line the child printed (the CLI's one line for a StreamGRPOError), or ''."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines() if self.log_path else []
+        except OSError:
+            return ""
+        return next((ln.removeprefix("error: ") for ln in reversed(lines) if ln.startswith("error: ")), "")
 
     def start(self, env: dict[str, str], log_dir: Path) -> None:
         if self.alive():  # started ahead of the others (the vLLM server)
@@ -102,14 +114,26 @@ class Supervisor:
         for c in self.children:
             c.start(self.env, self.log_dir)
 
+    @property
+    def misconfigured(self) -> list[Child]:
+        """Children that exited "misconfigured, do not restart" (:data:`EXIT_MISCONFIGURED`); never restarted."""
+        return [c for c in self.children if c.failed]
+
     def check(self) -> list[str]:
-        """Restart dead children (after their backoff). Returns messages for the progress display."""
+        """Restart dead children (after their backoff), except those that exited misconfigured. Returns
+        messages for the progress display."""
         messages = []
         now = time.monotonic()
         for c in self.children:
-            if c.alive() or c.proc is None:
+            if c.alive() or c.proc is None or c.failed:
                 continue
-            if c.next_start == 0.0:
+            if c.proc.returncode == EXIT_MISCONFIGURED:
+                c.failed = True
+                msg = (f"{c.name} cannot start: {c.last_error() or 'misconfigured'} -- not restarting it "
+                       f"(exit {EXIT_MISCONFIGURED}: a setting or a system package is missing; log {c.log_path})")
+                c.history.append(msg)
+                messages.append(msg)
+            elif c.next_start == 0.0:
                 c.restarts += 1
                 c.crashes = 1 if now - c.started >= self.stable_s else c.crashes + 1
                 delay = restart_delay(c.crashes)
@@ -313,6 +337,10 @@ def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_versio
             for msg in sup.check():
                 click.echo(f"\n[supervisor] {msg}")
                 tracker.progress.notes.append(msg)
+            if sup.misconfigured:
+                click.echo(f"\nstopping: {', '.join(c.name for c in sup.misconfigured)} cannot start with this "
+                           "configuration (see above); fix it and start the run again")
+                break
             if until_version is not None and tracker.progress.serving_version >= until_version:
                 click.echo(f"\nrollouts served by adapter v{tracker.progress.serving_version}: stopping (--until-version)")
                 break

@@ -204,7 +204,7 @@ async def serve(cfg: RolloutConfig, kafka: KafkaSettings, *, max_rollouts: int |
                 stop: asyncio.Event | None = None) -> WorkerStats:
     """Build policy, tools, producer and follower; run the worker until stopped. Returns its stats."""
     from streamgrpo.rollout.adapters import AdapterFollower, follow
-    from streamgrpo.rollout.runtime import build_context, build_policy
+    from streamgrpo.rollout.runtime import build_context, build_policy, preflight_tools
     from streamgrpo.rollout.worker import RolloutWorker
     from streamgrpo.topics.producer import EventProducer
 
@@ -215,6 +215,7 @@ async def serve(cfg: RolloutConfig, kafka: KafkaSettings, *, max_rollouts: int |
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             pass
+    preflight_tools(cfg)  # a host without bubblewrap is refused in a second, not after the model loaded
     policy = await asyncio.to_thread(build_policy, cfg)
     ctx = build_context(cfg, policy)
     follower = AdapterFollower(policy, adapter_name=cfg.adapter_name, store_root=cfg.adapter_store,

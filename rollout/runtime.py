@@ -84,6 +84,32 @@ def build_policy(cfg: RolloutConfig) -> PlannerPolicy:
     return POLICIES[cfg.policy](cfg)
 
 
+#: How to run without the python tool, appended to every "the sandbox cannot start" error.
+PYTHON_TOOL_OFF = ('To run without the python tool, leave "python" out of [rollout.tools] enabled '
+                   '(e.g. enabled = ["calculator", "knowledge_search"]).')
+
+
+def with_off_switch(build: Callable[[], Any]) -> Any:
+    """``build()``; a SandboxUnavailableError gets :data:`PYTHON_TOOL_OFF` added to its message."""
+    from streamgrpo.rollout.tools.errors import SandboxUnavailableError
+
+    try:
+        return build()
+    except SandboxUnavailableError as exc:
+        raise SandboxUnavailableError(f"{exc} {PYTHON_TOOL_OFF}") from exc
+
+
+def preflight_tools(cfg: RolloutConfig) -> None:
+    """Fail closed before the model loads: when the python tool is enabled, plan its jail (bubblewrap present
+    and new enough, an unprivileged uid, a readable interpreter, the seccomp filter). The probe through the
+    real jail runs when the tool is built (:func:`build_context`)."""
+    if "python" not in cfg.tools.enabled:
+        return
+    from streamgrpo.rollout.tools.jail import plan_jail
+
+    with_off_switch(lambda: plan_jail(cfg.tools.sandbox))
+
+
 def build_context(cfg: RolloutConfig, policy: PlannerPolicy, text_model: TextModel | None = None) -> LoopContext:
     """Tools + roles around ``policy``; builds the role text model when a mode needs one."""
     from streamgrpo.rollout.tools import ToolContext, build_tools
@@ -98,7 +124,7 @@ def build_context(cfg: RolloutConfig, policy: PlannerPolicy, text_model: TextMod
             return model.complete([{"role": "user", "content": question}], max_tokens=cfg.role_max_tokens,
                                   temperature=0.0)
 
-    tools = build_tools(settings=cfg.tools, context=ToolContext(generate=generate))
+    tools = with_off_switch(lambda: build_tools(settings=cfg.tools, context=ToolContext(generate=generate)))
     kw = {"max_tokens": cfg.role_max_tokens}
     ctx = LoopContext(
         policy=policy, tools=tools,
@@ -108,7 +134,8 @@ def build_context(cfg: RolloutConfig, policy: PlannerPolicy, text_model: TextMod
         synthesiser=build_synthesiser(cfg.synthesiser_mode, text_model, **kw),
         service=cfg.service, max_prompt_tokens=cfg.max_prompt_tokens, history_steps=cfg.history_steps,
         observation_clip=cfg.observation_clip, response_prefix=cfg.response_prefix,
-        stop_at_json_end=cfg.stop_at_json_end,
+        stop_at_json_end=cfg.stop_at_json_end, answer_in_call=cfg.answer_in_call,
+        answer_at_last_turn=cfg.answer_at_last_turn,
     )
     ctx.constraint = build_constraint(cfg.constrain, ctx)
     return ctx
@@ -129,7 +156,8 @@ def build_constraint(mode: str, ctx: LoopContext) -> TokenGrammar | None:
     from streamgrpo.models.grammar import ActionGrammar, TokenGrammar
 
     local: Any = policy  # a masking policy has a tokenizer, eos_ids and vocab_size (LocalPolicy)
-    grammar = ActionGrammar(tuple(ctx.tools), effective_prefix(ctx), tuple(sorted(local.eos_ids)))
+    grammar = ActionGrammar(tuple(ctx.tools), effective_prefix(ctx), tuple(sorted(local.eos_ids)),
+                            answer_in_call=ctx.answer_in_call != "forbid")
     try:
         compiled = TokenGrammar(grammar, local.tokenizer, int(local.vocab_size))
     except ValueError as exc:  # e.g. a response_prefix that cannot start a reply, a tokenizer llguidance cannot read

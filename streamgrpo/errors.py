@@ -11,8 +11,15 @@ class StreamGRPOError(Exception):
     """Base class of every error raised by streamgrpo."""
 
 
+#: Exit status of a command that stopped on a :class:`ConfigError` (sysexits' EX_CONFIG): the configuration or
+#: the host is missing something, so starting the process again cannot help. ``streamgrpo run`` does not
+#: restart a child that exits with it; other failures exit 2 (a StreamGRPOError) or 1 and are restarted.
+EXIT_MISCONFIGURED = 78
+
+
 class ConfigError(StreamGRPOError):
-    """Configuration is invalid or incomplete; the message names the setting to fix."""
+    """Configuration is invalid or incomplete, or the host lacks what it asks for; the message names the
+    setting to fix. Permanent: the CLI exits with :data:`EXIT_MISCONFIGURED`."""
 
 
 class MissingExtraError(StreamGRPOError):

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from streamgrpo.config import BrokerSettings, KafkaSettings, load
-from streamgrpo.errors import ConfigError
 from streamgrpo.supervisor import killed_with_parent
 from streamgrpo.topics.errors import BrokerError
 
@@ -220,8 +219,8 @@ def resolve_bootstrap(kafka: KafkaSettings, broker: BrokerSettings | None = None
         return kafka.bootstrap
     broker = broker or load(BrokerSettings, "broker")  # the home of this process's settings ($STREAMGRPO_HOME)
     state = read_state(broker.home)
-    if state is None or not _is_tansu(state.pid):
-        raise ConfigError(
+    if state is None or not _is_tansu(state.pid):  # not a ConfigError: a broker may come up (restart helps)
+        raise BrokerError(
             "no Kafka broker configured and no embedded broker running: start one with "
             "`streamgrpo broker up`, or point to yours with --bootstrap / STREAMGRPO_BOOTSTRAP"
         )

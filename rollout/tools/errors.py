@@ -8,6 +8,7 @@ the operator (unknown tool name, unreadable corpus file), raised once at start.
 
 from __future__ import annotations
 
+from streamgrpo.errors import ConfigError
 from streamgrpo.rollout.errors import RolloutError
 
 
@@ -19,8 +20,9 @@ class ToolInputError(ToolError):
     """The arguments of one call are unusable; becomes ``ToolResult.error`` (never escapes ``run``)."""
 
 
-class ToolConfigError(ToolError):
-    """A tool cannot be built from the settings (unknown name, missing dependency, bad corpus file)."""
+class ToolConfigError(ToolError, ConfigError):
+    """A tool cannot be built from the settings (unknown name, missing dependency, bad corpus file). A
+    :class:`~streamgrpo.errors.ConfigError`: permanent, so the service exits "misconfigured, do not restart"."""
 
 
 class SandboxUnavailableError(ToolConfigError):

@@ -35,3 +35,23 @@ def test_the_backoff_starts_again_after_a_stable_run(tmp_path: Path) -> None:
 
 def test_the_delay_is_capped() -> None:
     assert [restart_delay(n) for n in (1, 2, 3, 5, 6, 7, 50)] == [1, 2, 4, 16, 30, 30, 30]
+
+
+def test_a_misconfigured_child_is_not_restarted_and_the_supervisor_says_why(tmp_path: Path) -> None:
+    """Exit status 78 (EXIT_MISCONFIGURED, what `streamgrpo` exits with on a ConfigError) is permanent."""
+    from streamgrpo.errors import EXIT_MISCONFIGURED
+
+    code = f"import sys; print('error: bubblewrap is not installed (apt-get install bubblewrap)'); sys.exit({EXIT_MISCONFIGURED})"
+    child = Child("rollout-0", [sys.executable, "-c", code])
+    sup = Supervisor([child], env={}, log_dir=tmp_path, echo=lambda *_: None, stable_s=30.0)
+    sup.start_all()
+    said: list[str] = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # long enough for two backoffs (1 s, 2 s) had it been restarted
+        said += sup.check()
+        time.sleep(0.05)
+    sup.stop_all(grace_s=1)
+    assert child.restarts == 0 and sup.misconfigured == [child]
+    assert len(said) == 1 and "restart" not in said[0].replace("not restarting", ""), said
+    assert said[0].startswith("rollout-0 cannot start: bubblewrap is not installed (apt-get install bubblewrap)")
+    assert "not restarting" in said[0]
