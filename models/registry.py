@@ -47,6 +47,7 @@ from datetime import datetime
 from typing import TypeAlias
 
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle import pacing
 from streamgrpo.topics.dedup import RecentIds
 
 AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRolledBack | R.AdapterApproved
@@ -54,8 +55,6 @@ AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRol
 LIFECYCLE_EVENTS = (R.AdapterPublished, R.AdapterPromoted, R.AdapterRolledBack, R.AdapterApproved,
                     R.AdapterRejected, R.AdapterVerdict)
 SAMPLES_TOPIC_SUFFIX = "training-samples"
-#: Trainer drop reasons of records in a lineage that no GroupClosed counted as a sample.
-NOT_QUEUED_DROPS = ("duplicate", "not_a_sample")
 
 
 @dataclass(frozen=True)
@@ -88,10 +87,10 @@ class Announcement:
     def samples_dequeued(self) -> int:
         """Distinct samples of closed groups this version took off the trainer's queue: :attr:`samples` less
         the records in its ranges that were never a group's sample (redelivered duplicates, non-samples; the
-        trainer reports them as ``dropped_duplicate`` / ``dropped_not_a_sample``). Admission counts with this:
+        trainer reports them as ``dropped_duplicate`` / ``dropped_not_a_sample``; the rule is
+        :func:`streamgrpo.lifecycle.pacing.samples_dequeued`). Admission counts with this:
         a duplicate counted as consumed would make the queue look shorter than it is."""
-        extra = sum(self.metrics.get(f"dropped_{reason}", 0.0) for reason in NOT_QUEUED_DROPS)
-        return max(0, self.samples - int(extra))
+        return pacing.samples_dequeued(self.samples, pacing.drops_in(self.metrics))
 
 
 @dataclass(frozen=True)

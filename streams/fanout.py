@@ -5,14 +5,11 @@ Pure core:
   ``attempt`` from ``task.metadata["attempt"]`` or 0; ``rollout_id = ids.rollout_id(group_id, i)``;
   request ids derived from the rollout id), with sampling params and ``max_turns`` from settings.
 - :func:`admit` returns why a new group must wait, or ``None``. Staleness is controlled HERE, by
-  admission, on by default: a group's samples queue behind the samples already waiting for the
-  trainer (``pending``: produced by closed groups, not yet in any published adapter's lineage) and
-  the rollouts in flight. The trainer consumes ``samples_per_step`` per version, so a group admitted
-  while ``pending + in_flight + group_size <= (1 + max_staleness) * samples_per_step`` is trained
-  at most ``max_staleness`` versions after the version it was sampled with. A group is always
-  admitted while fewer than ``samples_per_step`` samples are waiting or in flight (the trainer
-  would otherwise starve), and at most ``max_groups_in_flight`` groups are open at once. The
-  trainer drops what is older than the same shared ``max_staleness`` (``[loop]`` settings).
+  admission, on by default, with the rule of :func:`streamgrpo.lifecycle.pacing.admit` (the admission
+  budget, the never-starve exception and ``max_groups_in_flight``) over the :class:`Backlog` the follower
+  folds: a group admitted within the budget is trained at most ``max_staleness`` versions after the
+  version it was sampled with, and the trainer drops what is older by the same shared ``max_staleness``
+  (``[loop]`` settings).
 
 Intake bounds (:func:`check_task`): a task without an id, with ``group_size`` outside
 1..:data:`~streamgrpo.topics.limits.MAX_GROUP_SIZE`, or encoded larger than
@@ -38,10 +35,14 @@ from dataclasses import dataclass
 from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle import pacing
+from streamgrpo.lifecycle.pacing import Backlog, Pacing
 from streamgrpo.streams.ab_controller import choose_version
 from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TASK_BYTES
+
+__all__ = ["Backlog", "FanoutPolicy", "admit", "attempt_of", "check_task", "fan_out", "register"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,10 @@ class FanoutPolicy:
     max_groups_in_flight: int
     max_staleness: int
     samples_per_step: int
+
+    @property
+    def pacing(self) -> Pacing:
+        return Pacing(self.max_staleness, self.samples_per_step)
 
     @classmethod
     def from_settings(cls, s: StreamsSettings) -> FanoutPolicy:
@@ -99,28 +104,9 @@ def fan_out(task: R.Task, version: int, policy: FanoutPolicy) -> list[R.RolloutR
     return out
 
 
-@dataclass(frozen=True)
-class Backlog:
-    """What admission looks at (folded from the log by the follower)."""
-
-    groups_in_flight: int  # groups requested, not closed
-    rollouts_in_flight: int  # their rollouts
-    pending_samples: int  # samples of closed groups not yet in a published adapter's lineage
-
-
 def admit(backlog: Backlog, group_size: int, policy: FanoutPolicy) -> str | None:
-    """Why a new group of ``group_size`` rollouts must wait, or None when it may start (see module doc)."""
-    if backlog.groups_in_flight >= policy.max_groups_in_flight:
-        return f"{backlog.groups_in_flight} groups in flight (max {policy.max_groups_in_flight})"
-    queued = backlog.pending_samples + backlog.rollouts_in_flight
-    if queued < policy.samples_per_step:
-        return None  # the trainer needs more samples than are coming: never starve it
-    budget = (1 + policy.max_staleness) * policy.samples_per_step
-    if queued + group_size > budget:
-        return (f"{backlog.pending_samples} samples waiting for the trainer and {backlog.rollouts_in_flight} "
-                f"rollouts in flight; {group_size} more would exceed {budget} = (1 + max_staleness "
-                f"{policy.max_staleness}) x samples_per_step {policy.samples_per_step}")
-    return None
+    """Why a new group of ``group_size`` rollouts must wait, or None when it may start (the pacing rule)."""
+    return pacing.admit(backlog, group_size, policy.pacing, policy.max_groups_in_flight)
 
 
 def register(ctx: StreamsContext) -> None:

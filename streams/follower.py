@@ -7,7 +7,7 @@
   an ERROR reward yields no sample) and samples consumed by the trainer (the sizes of the offset
   ranges in every AdapterPublished lineage, less the redelivered duplicates in them: those were never
   counted as produced) -> samples waiting for the trainer.
-These feed admission (:func:`~streamgrpo.streams.fanout.admit`) and the version choice. (The A/B
+These feed admission (:func:`~streamgrpo.lifecycle.pacing.admit`, by way of the fan-out) and the version choice. (The A/B
 controller keeps its own follower: :mod:`streamgrpo.streams.ab_controller`.)
 
 :class:`StreamsFollower` runs the fold under the project's one log follower
@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from aiokafka.errors import KafkaError
 
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle import pacing
+from streamgrpo.lifecycle.pacing import Backlog
 from streamgrpo.models.registry import AdapterRegistry, Announced, Line
 from streamgrpo.streams.app import StreamsContext
-from streamgrpo.streams.fanout import Backlog
 from streamgrpo.topics.follow import LogFollower, fold_events
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class LoopView:
         return len(self.open)
 
     def backlog(self) -> Backlog:
-        return Backlog(len(self.open), sum(self.open.values()), max(0, self.produced - self.consumed))
+        return Backlog(len(self.open), sum(self.open.values()), pacing.pending_samples(self.produced, self.consumed))
 
     def adapters(self, adapter_name: str) -> Line:
         return self.registry.line(adapter_name)

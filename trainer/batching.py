@@ -10,12 +10,12 @@ shares of one loss and gradient accumulation is exact.
 Each row is recomputed with its own sample's temperature (``TrainingSample.sampling``; samples
 written before it existed use the configured temperature), and, when it was sampled under a grammar
 (``sampling.constraint``, see :mod:`streamgrpo.models.grammar`), with the same allowed-token masks:
-``replay(constraint, action_ids)`` gives the bitmask before each action token (``Batch.grammar_bits``)
+``replay(constraint, action_ids, turn)`` gives the bitmask before each action token (``Batch.grammar_bits``)
 and the recomputation sets the other tokens' logits to ``-inf`` before the log-softmax, as the
 sampler did, so the importance ratio compares the same (masked, renormalised) distributions.
 
-Admission (:func:`admit`): samples of another adapter, too stale (more than ``max_staleness``
-versions behind), malformed (logprob/token count mismatch, empty), too long, or sampled in a way the
+Admission (:func:`admit`): samples of another adapter, too stale (the rule of
+:mod:`streamgrpo.lifecycle.pacing`: more than ``max_staleness`` versions behind), malformed (logprob/token count mismatch, empty), too long, or sampled in a way the
 trainer cannot recompute (``sampling_mismatch``: greedy decoding, whose recorded logprobs are not
 those of the choice made, or a grammar ``constraint`` this code does not know or builds differently) are
 dropped and counted by reason; within the staleness bound the off-policy correction of the loss
@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from streamgrpo.avro.records import SamplingParams, TrainingSample
+from streamgrpo.lifecycle import pacing
 from streamgrpo.models.grammar import ActionGrammar
 from streamgrpo.trainer.losses.normalisation import build_normalisation, row_weights
 from streamgrpo.trainer.prefix import common_length
@@ -57,9 +58,10 @@ class Row:
     behaviour_version: int
     temperature: float = 1.0  # the sampling temperature the behaviour logprobs were recorded at
     constraint: str | None = None  # the grammar the action was sampled under (SamplingParams.constraint)
+    turn: int | None = None  # the planner turn (1-based): a grammar may force an answer from some turn on
 
-#: ``replay(constraint, action_ids) -> (A, W)`` int32 allowed-token bitmask before each action token
-Replay = Callable[[str, Sequence[int]], Tensor]
+#: ``replay(constraint, action_ids, turn) -> (A, W)`` int32 allowed-token bitmask before each action token
+Replay = Callable[[str, Sequence[int], "int | None"], Tensor]
 
 
 @dataclass(frozen=True)
@@ -112,14 +114,16 @@ def sampling_mismatch(sampling: SamplingParams | None) -> str | None:
 
 
 def drop_reason(
-    sample: TrainingSample, *, adapter_name: str, current_version: int, max_staleness: int, max_seq_len: int
+    sample: TrainingSample, *, adapter_name: str, current_version: int | None, max_staleness: int, max_seq_len: int
 ) -> str | None:
-    """Why ``sample`` cannot be trained now (``None`` if it can): ``other_adapter``, ``stale``,
+    """Why ``sample`` cannot be trained now (``None`` if it can): ``other_adapter``, ``stale`` (the pacing rule by
+    version numbers; ``current_version`` None: staleness was checked along the lineage already),
     ``sampling_mismatch``, ``empty``, ``malformed`` or ``too_long``."""
     if sample.adapter_name != adapter_name:
         return "other_adapter"
-    if current_version - sample.behaviour_version > max_staleness:
-        return "stale"
+    if current_version is not None and (reason := pacing.drop_reason(sample.behaviour_version, current_version,
+                                                                     max_staleness)):
+        return reason
     if sampling_mismatch(sample.sampling) is not None:
         return "sampling_mismatch"
     if not sample.turns or not any(t.action_token_ids for t in sample.turns):
@@ -162,7 +166,8 @@ def to_rows(samples: Sequence[TrainingSample], max_seq_len: int, temperature: fl
             keep = max(1, max_seq_len - len(turn.action_token_ids))
             prompt = tuple(turn.prompt_token_ids[-keep:])
             rows.append(Row(prompt + tuple(turn.action_token_ids), len(prompt), tuple(turn.behaviour_logprobs),
-                            float(s.advantage), index, int(s.behaviour_version), temp, constraint))
+                            float(s.advantage), index, int(s.behaviour_version), temp, constraint,
+                            int(turn.turn)))
     return rows
 
 
@@ -173,7 +178,7 @@ def grammar_bits(rows: Sequence[Row], replay: Replay | None) -> Tensor:
         return torch.zeros((len(rows), 0, 0), dtype=torch.int32)
     if replay is None:
         raise ValueError("rows sampled under a grammar constraint need a replay function to recompute them")
-    masks = {i: replay(str(r.constraint), r.input_ids[r.prompt_len:]) for i, r in constrained.items()}
+    masks = {i: replay(str(r.constraint), r.input_ids[r.prompt_len:], r.turn) for i, r in constrained.items()}
     width = max(len(r.input_ids) - r.prompt_len for r in rows)
     words = next(iter(masks.values())).shape[-1]
     out = torch.full((len(rows), width, words), -1, dtype=torch.int32)

@@ -1,6 +1,6 @@
 """The trainer's intake: records polled and not yet taken into a step, taken oldest behaviour version first.
 
-Admission (:func:`streamgrpo.streams.fanout.admit`) bounds staleness by assuming the trainer consumes
+Admission (:func:`streamgrpo.lifecycle.pacing.admit`) bounds staleness by assuming the trainer consumes
 samples in the order their groups closed. ``training-samples`` has several partitions, and a consumer
 hands out one partition's fetched records before the next's, so read as polled, a group closed early
 on one partition could wait behind groups closed later on the others, train two versions after the one
@@ -25,14 +25,15 @@ from collections import deque
 from collections.abc import Iterable
 
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.pacing import Pacing
 from streamgrpo.topics.received import Received
 
 
 def capacity(samples_per_step: int, max_staleness: int) -> int:
-    """How many records the intake holds at most: the admission budget ``(1 + max_staleness) * samples_per_step``
-    (all that admission lets wait for the trainer) plus one step of slack for what it does not pace (replays,
-    tasks produced straight to ``rollout-requests``)."""
-    return (2 + max_staleness) * samples_per_step
+    """How many records the intake holds at most: :attr:`~streamgrpo.lifecycle.pacing.Pacing.intake_capacity`
+    (the admission budget, all that admission lets wait for the trainer, plus one step of slack for what it does
+    not pace: replays, tasks produced straight to ``rollout-requests``)."""
+    return Pacing(max_staleness, samples_per_step).intake_capacity
 
 
 def order_key(received: Received) -> tuple[int, int, int]:

@@ -11,9 +11,10 @@ The trainer follows ``adapter-events`` through the one registry fold
   offsets and the version numbering, so its next publication is a NEW version whose parent is the
   primary. It is checked before collecting a step and again before publishing one: a step computed
   on weights that were rolled back meanwhile is not published (its samples count as consumed).
-- :func:`drop_reason_for`: a sample produced by a rolled-back or rejected version is dropped
-  (``rolled_back``); staleness is counted along the lineage (publications between the sample's
-  version and the trainer's weights), so after a rollback the primary's samples are fresh again.
+- :func:`drop_reason_for`: the drop rule of :mod:`streamgrpo.lifecycle.pacing` on this fold: a sample
+  produced by a rolled-back or rejected version is dropped (``rolled_back``); staleness is counted along
+  the lineage (publications between the sample's version and the trainer's weights), so after a rollback
+  the primary's samples are fresh again.
 
 What is not covered: restoring the exact RNG state of the primary's run; garbage collection of the
 discarded versions' files (they stay in the adapter store, immutable).
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.lifecycle import pacing
 from streamgrpo.models.registry import Line, ancestors
 from streamgrpo.topics.follow import LogFollower, fold_events
 
@@ -42,23 +44,17 @@ def restore_target(line: Line, current: int) -> int | None:
 
 
 def versions_behind(line: Line, current: int, behaviour: int) -> int:
-    """Publications between ``behaviour`` and ``current`` along ``current``'s parent chain (the version numbers'
-    difference when ``behaviour`` is not an ancestor)."""
-    if behaviour == current:
-        return 0
-    chain = ancestors(line, current)
-    return chain.index(behaviour) + 1 if behaviour in chain else current - behaviour
+    """:func:`streamgrpo.lifecycle.pacing.versions_behind` along ``current``'s parent chain in ``line``."""
+    return pacing.versions_behind(current, behaviour, ancestors(line, current))
 
 
 def drop_reason_for(sample: R.TrainingSample, line: Line | None, current: int, *, max_staleness: int) -> str | None:
-    """``rolled_back`` or ``stale`` by the lineage (None: the version check passes; the caller checks the rest)."""
+    """``rolled_back`` or ``stale`` by the pacing rule along the lineage (None: the version check passes; the
+    caller checks the rest; also None without a ``line``: the caller checks by version numbers)."""
     if line is None:
         return None
-    if not line.serves(sample.behaviour_version):
-        return "rolled_back"
-    if versions_behind(line, current, sample.behaviour_version) > max_staleness:
-        return "stale"
-    return None
+    return pacing.drop_reason(sample.behaviour_version, current, max_staleness, discarded=line.discarded,
+                              chain=ancestors(line, current))
 
 
 def restore(state: TrainerState, cfg: TrainerConfig, version: int) -> None:
