@@ -14,9 +14,12 @@ this judge (each has a test case):
    1.5*10^3: math-verify reads the e as Euler's number, or stops at it (1.5);
 3. a whole answer "3 1/2" is the mixed number 7/2 (math-verify: 2);
 4. "50%" equals 50, and 0.5 only with ``percent_as_fraction`` (math-verify: always both).
-Bounds, before parsing: over ``_MAX_POWERS`` powers or brackets deeper than ``_MAX_DEPTH`` read
-nothing, only the last ``_MAX_TEXT`` characters are read; after parsing, exponents over
-``max_exponent`` are refused before any comparison. :func:`check` runs in a child process
+Bounds, before parsing: over ``_MAX_POWERS`` powers, brackets deeper than ``_MAX_DEPTH``, a
+literal exponent (``^``, ``**``, ``e``) over ``max_exponent`` or an exponent that holds a power read
+nothing; only the last ``_MAX_TEXT`` characters are read; after parsing, a reading with an exponent
+over ``max_exponent`` refuses the whole answer before any comparison: an expression whose value
+cannot be evaluated within the bounds scores 0, never as a bare number read from part of it
+(``144^{5000}`` is not 144). :func:`check` runs in a child process
 (:mod:`isolated`; math-verify's own ``signal.alarm`` timeout fails off the main thread): a soft
 budget ``_BUDGET_S``, a hard deadline that kills it, 2 GiB of address space; any thread may call.
 Score 1.0 when any ground truth matches, else 0.0.
@@ -43,20 +46,27 @@ from streamgrpo.judge.errors import ScoringError
 from streamgrpo.judge.scorers.base import Candidate, Score, SingleScorer, rubric_hash
 from streamgrpo.judge.scorers.isolated import DeadlineExceeded, IsolatedCallError, IsolatedFunction
 
-RUBRIC_VERSION = "math-v2"
+RUBRIC_VERSION = "math-v3"
 _BUDGET_S, _HARD_S, _MEM = 10.0, 30.0, 2 << 30  # math-verify's own defaults: 5 s parse + 5 s compare
 _MAX_TEXT, _MAX_POWERS, _MAX_DEPTH = 4000, 12, 12
 _DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox")
 _SCI = re.compile(r"(-?\d+(?:\.\d+)?)[eE]([-+]?\d+)")
 _MIXED = re.compile(r"(-?)(\d+)\s+(\d+)\s*/\s*(\d+)")
 _OPEN, _CLOSE = "({[", ")}]"
+_EXPONENT = re.compile(r"\^\s*[{(]?\s*[-+]?\s*(\d+)|\d[eE][-+]?(\d+)")
+_JOIN_BEFORE = ("+", "-", "*", "/", "^", "\\cdot", "\\times", "\\div", "\u00d7", "\u00f7", "\u00b7")
+_JOIN_AFTER = ("+", "-", "*", "/", "^", "!", "\\cdot", "\\times", "\\div", "\u00d7", "\u00f7", "\u00b7")
+_TOWER = re.compile(r"\^\s*[{(][^})]*\^")
 log = logging.getLogger(__name__)
 
 
-def _hostile(text: str) -> bool:
-    """Too many powers or too deep brackets: refused unread (the grammar and sympy blow up on them)."""
+def _hostile(text: str, max_exponent: int) -> bool:
+    """Too many powers, too deep brackets, a literal exponent over the bound or a power in an exponent:
+    refused unread (the grammar and sympy blow up on them; a reader would see only the base)."""
     depth = max(accumulate((c in _OPEN) - (c in _CLOSE) for c in text), default=0)
-    return text.count("^") + text.count("**") > _MAX_POWERS or depth > _MAX_DEPTH
+    if text.count("^") > _MAX_POWERS or depth > _MAX_DEPTH or _TOWER.search(text):
+        return True
+    return any(int(m[1] or m[2]) > max_exponent for m in _EXPONENT.finditer(text))
 
 
 def _rewrite_whole(text: str, max_exponent: int) -> str | None:
@@ -82,11 +92,56 @@ def _powers_bounded(expr: Any, max_exponent: int) -> bool:
     return True
 
 
-def _first(parsed: list[Any], max_exponent: int) -> Any:
-    """The sympy value of a math-verify reading (it is [value, source string]); None when unread."""
+def _brace_exponents(text: str) -> str:
+    """``a^(b + c)`` -> ``a^{(b + c)}``: LaTeX takes one token after ``^`` (its grammar read
+    ``(0)^((0 + 0))`` as 0); an unmatched bracket is left as it is."""
+    out, i = [], 0
+    for m in re.finditer(r"\^\s*\(", text):
+        if m.start() < i:
+            continue
+        depth, end = 0, None
+        for j in range(m.end() - 1, len(text)):
+            depth += (text[j] == "(") - (text[j] == ")")
+            if depth == 0:
+                end = j
+                break
+        if end is not None:
+            out.append(f"{text[i:m.start()]}^{{{text[m.end() - 1:end + 1]}}}")
+            i = end + 1
+    return "".join(out) + text[i:]
+
+
+class _Refused(Exception):
+    """A reading holds a value that cannot be evaluated within the bounds: the whole answer reads nothing."""
+
+
+def _fragment(text: str, source: str) -> bool:
+    """An extraction that is part of a larger expression: its source has unbalanced brackets ("1) + 1)"
+    from "((1 + 1) + 1)"), or an operator joins one of its places in the text to a neighbour ("0" of
+    "(0 + 0)^{0}"). A source math-verify normalised ("1,250" -> "1250") has no place to look at."""
+    depth = list(accumulate((c in _OPEN) - (c in _CLOSE) for c in source))
+    if depth and (min(depth) < 0 or depth[-1] != 0):
+        return True
+    for m in re.finditer(rf"(?<![\w.]){re.escape(source)}(?![\w.])", text) if source else ():
+        before, after = text[: m.start()].rstrip(), text[m.end():].lstrip()
+        if before.endswith(_JOIN_BEFORE) or after.startswith(_JOIN_AFTER):
+            return True
+    return False
+
+
+def _first(parsed: list[Any], max_exponent: int, text: str) -> Any:
+    """The sympy value of a math-verify reading (it is [value, source string]) of ``text``; None when
+    unread or when the reading is a fragment of a larger expression in the text.
+
+    Raises _Refused when the reading is over the bounds (no other reading of that text may stand in)."""
     value = parsed[0] if parsed else None
-    ok = isinstance(value, (sympy.Basic, sympy.MatrixBase)) and _powers_bounded(value, max_exponent)
-    return value if ok else None
+    if not isinstance(value, (sympy.Basic, sympy.MatrixBase)):
+        return None
+    if isinstance(parsed[1], str) and _fragment(text, parsed[1]):
+        return None
+    if not _powers_bounded(value, max_exponent):
+        raise _Refused
+    return value
 
 
 def _number(expr: Any) -> tuple[Any, bool] | None:
@@ -124,16 +179,19 @@ def _read(text: str, max_expr_chars: int, max_exponent: int) -> tuple[Any, Any]:
     """(whole reading, extraction reading) of one text; either may be None (cached: sympy values are immutable)."""
     from math_verify import parse
 
-    text = text.strip()[-_MAX_TEXT:]
-    if _hostile(text):
+    text = _brace_exponents(text.strip()[-_MAX_TEXT:].replace("**", "^"))  # LaTeX reads "$12**2$" as 12
+    if _hostile(text, max_exponent):
         return None, None
     whole = None
-    if not _DELIMITED.search(text) and len(text) <= max_expr_chars:
-        rewritten = _rewrite_whole(text, max_exponent)
-        if rewritten is None:
-            return None, None
-        whole = _first(parse(f"${rewritten}$", parsing_timeout=None), max_exponent)  # type: ignore[arg-type]
-    extracted = _first(parse(text, parsing_timeout=None), max_exponent)  # type: ignore[arg-type]
+    try:
+        if not _DELIMITED.search(text) and len(text) <= max_expr_chars:
+            rewritten = _rewrite_whole(text, max_exponent)
+            if rewritten is None:
+                return None, None
+            whole = _first(parse(f"${rewritten}$", parsing_timeout=None), max_exponent, rewritten)  # type: ignore[arg-type]
+        extracted = _first(parse(text, parsing_timeout=None), max_exponent, text)  # type: ignore[arg-type]
+    except _Refused:
+        return None, None
     return whole, extracted
 
 

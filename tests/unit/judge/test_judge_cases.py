@@ -209,9 +209,11 @@ def test_math_rubric_is_a_new_version() -> None:
     from streamgrpo.judge.scorers.math import RUBRIC_VERSION
 
     s = MathScorer()
-    assert RUBRIC_VERSION == "math-v2"
+    assert RUBRIC_VERSION == "math-v3"  # v3: an expression over the bounds reads nothing (issue 24, 7)
     assert s.rubric_hash != rubric_hash("math-v1", s.settings.model_dump_json())
-    assert s.rubric_hash == rubric_hash("math-v2", s.settings.model_dump_json(),
+    versions = (f"math-verify {version('math-verify')}", f"latex2sympy2_extended {version('latex2sympy2_extended')}")
+    assert s.rubric_hash != rubric_hash("math-v2", s.settings.model_dump_json(), *versions)
+    assert s.rubric_hash == rubric_hash("math-v3", s.settings.model_dump_json(),
                                         f"math-verify {version('math-verify')}",
                                         f"latex2sympy2_extended {version('latex2sympy2_extended')}")
 
