@@ -148,16 +148,17 @@ def render(runs: list[Any], fmt: str) -> str:
 def evaluator_command(ctx: click.Context, bootstrap: str | None) -> None:
     """Evaluate every newly published adapter version on a fixed held-out sample and publish the results
     (EvaluationCompleted on `evaluations`); `streamgrpo run` starts it. Settings: [evaluator]
-    (tasks, limit, every, include_base, batch_size, nice, poll_s), and the agent's [rollout] / [loop]."""
+    (tasks, limit, every, include_base, batch_size, nice, poll_s, metrics_port), and the agent's [rollout] / [loop]."""
     import signal
     import threading
 
-    from streamgrpo import config
+    from streamgrpo import config, metrics
     from streamgrpo.evaluation.service import EvaluatorSettings, serve
     from streamgrpo.evaluation.session import EvalSession
 
     path = (ctx.obj or {}).get("config_path")
     settings = config.load(EvaluatorSettings, "evaluator", path=path)
+    metrics.start("evaluator", settings.metrics_port)
     session = EvalSession.from_config(path, bootstrap=bootstrap)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -48,6 +48,8 @@ class EvaluatorSettings(StrictModel):
     nice: int = Field(10, ge=0, le=19, description="CPU niceness of the evaluator process (the loop's rollout "
                       "workers and trainer come first).")
     poll_s: float = Field(2.0, gt=0, le=300, description="How often adapter-events is checked for new versions.")
+    metrics_port: int = Field(9465, ge=0, le=65535, description="Port of the evaluator's Prometheus /metrics and "
+                              "/status endpoint (0 = off; a port in use is logged and skipped).")
 
 
 class Evaluator:

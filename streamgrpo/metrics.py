@@ -56,6 +56,8 @@ SERVICES = ("streams", "judge", "rollout", "trainer")
 #: Default metrics port of each service (``[<service>] metrics_port``); distinct so that a whole
 #: loop on one machine (``streamgrpo run``) serves every endpoint.
 DEFAULT_PORTS: dict[str, int] = {"streams": 9461, "judge": 9462, "rollout": 9463, "trainer": 9464}
+#: Services that run beside the loop when configured (``[evaluator] enabled``); their endpoint is optional.
+OPTIONAL_SERVICES: dict[str, int] = {"evaluator": 9465}
 #: Label names that would carry ids or versions: never allowed (unbounded).
 FORBIDDEN_LABELS = frozenset({"id", "event_id", "task_id", "group_id", "rollout_id", "version", "adapter_version",
                               "instance", "pod", "offset", "key", "message", "error"})
@@ -407,8 +409,8 @@ def current() -> Metrics:
 def start(service: str, port: int, *, host: str = "0.0.0.0") -> Metrics:
     """Turn metrics on for this process: registry, WARNING/ERROR log counting, HTTP endpoint (port 0 = none)."""
     global _current
-    if service not in SERVICES:
-        raise ValueError(f"unknown service {service!r}; one of {SERVICES}")
+    if service not in SERVICES and service not in OPTIONAL_SERVICES:
+        raise ValueError(f"unknown service {service!r}; one of {(*SERVICES, *OPTIONAL_SERVICES)}")
     stop()
     m = Metrics(service)
     m._handler = _LogHandler(m)

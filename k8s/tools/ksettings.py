@@ -40,9 +40,11 @@ SECTION_MODELS = {
     "judge": "streamgrpo.judge.config:JudgeSettings",
     "streams": "streamgrpo.streams.config:StreamsSettings",
     "trainer": "streamgrpo.trainer.config:TrainerConfig",
+    "evaluator": "streamgrpo.evaluation.service:EvaluatorSettings",
 }
 #: first CLI argument of a streamgrpo container -> the settings section it runs with.
-COMMAND_SECTION = {"rollout": "rollout", "judge": "judge", "streams": "streams", "trainer": "trainer"}
+COMMAND_SECTION = {"rollout": "rollout", "judge": "judge", "streams": "streams", "trainer": "trainer",
+                   "evaluator": "evaluator"}
 def _env(c: Obj) -> dict[str, str]:
     """A container's plain environment; values from Secrets/ConfigMaps become placeholders."""
     env = {}

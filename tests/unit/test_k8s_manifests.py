@@ -148,6 +148,28 @@ def test_k8s_validate_cli_passes() -> None:
     assert validate.main([]) == 0
 
 
+@pytest.mark.parametrize("target", ["overlays/dev-cpu", "overlays/gpu"])
+def test_k8s_both_overlays_run_the_evaluator_with_its_metrics_endpoint(target: str) -> None:
+    """The held-out panels and the A/B evaluation gate read EvaluationCompleted: the evaluator must run."""
+    import tomllib
+
+    from streamgrpo.evaluation.service import EvaluatorSettings
+
+    objs = build(K8S / target)
+    dep = _find(objs, "Deployment", "evaluator")
+    tmpl = dep["spec"]["template"]
+    c = tmpl["spec"]["containers"][0]
+    assert c["args"] == ["evaluator"] and dep["spec"]["replicas"] == 1
+    port = EvaluatorSettings(**tomllib.loads(o_toml(objs))["evaluator"]).metrics_port
+    assert port and {"name": "metrics", "containerPort": port} in c["ports"]
+    assert tmpl["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+    monitor = _find(objs, "PodMonitor", "streamgrpo")["spec"]["selector"]["matchExpressions"][0]
+    assert tmpl["metadata"]["labels"][monitor["key"]] in monitor["values"]
+    assert _find(objs, "PodDisruptionBudget", "evaluator")
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["adapters"].get("readOnly") is True  # it verifies and loads adapters, never writes them
+
+
 # --- the validator can fail -------------------------------------------------------------------
 
 def _container(objs: list[dict], name: str) -> dict:
@@ -198,6 +220,8 @@ def _container(objs: list[dict], name: str) -> dict:
     (lambda o: o.remove(_find(o, "PodDisruptionBudget", "judge")), "Deployment/streamgrpo/judge: no PodDisruptionBudget"),
     (lambda o: _find(o, "Deployment", "trainer")["spec"].update(replicas=2), "exactly one replica with strategy Recreate"),
     (lambda o: _container(o, "rollout")["ports"][0].update(containerPort=9999), "must declare port `metrics`"),
+    (lambda o: _container(o, "evaluator")["ports"][0].update(containerPort=9999),
+     "container 'evaluator' must declare port `metrics` = [evaluator] metrics_port 9465"),
     (lambda o: _container(o, "judge")["env"].append({"name": "STREAMGRPO_JUDGE__METRICS_PORT", "value": "9500"}),
      "metrics_port 9500"),
     (lambda o: o.append({**copy.deepcopy(_find(o, "ScaledObject", "judge")),
