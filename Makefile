@@ -77,7 +77,7 @@ bench-long: setup ## The long benchmarks (TRL's extra is installed first): TRL s
 
 lint: setup ## ruff + mypy
 	$(BIN)/ruff check .
-	$(BIN)/mypy streamgrpo cli tasks models lifecycle evaluation archive analysis replay avro topics streams trainer rollout judge
+	$(BIN)/mypy streamgrpo cli tasks models lifecycle evaluation archive analysis replay avro topics streams trainer rollout judge serve
 
 fmt: setup ## Format with ruff
 	$(BIN)/ruff format .

@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "adapters": ("streamgrpo.cli.adapters:adapters",
                  "List, inspect, promote, roll back, approve or reject adapter versions (lifecycle + A/B state)."),
     "label": ("streamgrpo.cli.label:label", "Give rollouts a human reward (provenance human:<name>), one or a file."),
+    "serve": ("streamgrpo.serve.cli:serve", "Serve the trained agent as an MCP server (solve, adapters, feedback)."),
 }
 
 

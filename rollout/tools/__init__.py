@@ -8,7 +8,8 @@ and :func:`call_tool` runs a planner command (JSON or plain text) on a tool by n
 
 Tools: ``calculator`` (AST arithmetic), ``python`` (sandboxed subprocess), ``knowledge_search``
 (BM25 over the built-in archive or a corpus file), ``wikipedia`` (online only, off by default),
-``generalist`` (an LLM answer; needs ``ToolContext.generate``).
+``generalist`` (an LLM answer; needs ``ToolContext.generate``); and every tool of the MCP servers in
+``[tools] mcp_servers``, registered after the built-ins as ``<server>.<tool>`` (:mod:`.mcp`).
 """
 
 from __future__ import annotations
@@ -79,14 +80,20 @@ TOOL_FACTORIES: dict[str, Callable[[ToolsSettings, ToolContext], Tool]] = {
 
 def build_tools(names: Iterable[str] | None = None, settings: ToolsSettings | None = None,
                 context: ToolContext | None = None) -> dict[str, Tool]:
-    """Build the named tools (default: ``settings.enabled``), in the given order."""
+    """Build the named tools (default: ``settings.enabled``), in the given order, then the tools of
+    ``settings.mcp_servers`` (an unreachable server is logged, never raised: see :mod:`.mcp`)."""
     settings = settings or ToolsSettings()
     context = context or ToolContext()
     wanted = list(settings.enabled if names is None else names)
     unknown = [n for n in wanted if n not in TOOL_FACTORIES]
     if unknown:
         raise ToolConfigError(f"unknown tool(s) {unknown}; available: {sorted(TOOL_FACTORIES)}")
-    return {name: TOOL_FACTORIES[name](settings, context) for name in dict.fromkeys(wanted)}
+    tools = {name: TOOL_FACTORIES[name](settings, context) for name in dict.fromkeys(wanted)}
+    if settings.mcp_servers:
+        from streamgrpo.rollout.tools.mcp import build_mcp_tools
+
+        tools.update(build_mcp_tools(settings))  # "<server>.<tool>": never a built-in's name
+    return tools
 
 
 def call_tool(tools: Mapping[str, Tool], name: str, raw: str | Mapping[str, Any]) -> ToolResult:

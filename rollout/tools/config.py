@@ -13,15 +13,25 @@ Example TOML::
     [tools.knowledge]
     corpus_path = "/data/passages.parquet"
 
+    [[tools.mcp_servers]]          # tools of an MCP server, registered as "<name>.<tool>"
+    name = "files"
+    command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"]
+
+    [[tools.mcp_servers]]
+    name = "search"
+    url = "http://search.internal:8080/mcp"
+    tools = ["query"]              # only these (and a stable tool list when the server is down at start)
+
 Environment overrides work for the flat fields (``STREAMGRPO_TOOLS__MAX_OUTPUT_CHARS``); the
 sub-tables are set in TOML or by building the models in code.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from streamgrpo.config import StrictModel
 
@@ -87,6 +97,46 @@ class GeneralistSettings(StrictModel):
     max_question_chars: int = Field(default=2000, ge=16, le=100_000, description="Longest question accepted.")
 
 
+class McpServerSettings(StrictModel):
+    """One MCP server whose tools the planner gets (see rollout/tools/mcp.py for what is covered)."""
+
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$", description="Namespace of the server's tools: "
+                      "tool 'add' of server 'calc' is registered (and recorded in ToolObservation.tool) as 'calc.add'.")
+    command: list[str] = Field(default_factory=list, description="stdio transport: the server's argv, started as a "
+                               "child process of the worker (e.g. ['python', 'server.py']).")
+    url: str | None = Field(default=None, description="Streamable-HTTP transport: the server's endpoint URL "
+                            "(e.g. http://host:8000/mcp). Exactly one of command and url.")
+    env: dict[str, str] = Field(default_factory=dict, description="stdio: extra environment of the server process.")
+    headers: dict[str, SecretStr] = Field(default_factory=dict, description="HTTP: request headers, e.g. "
+                                          "Authorization (never logged).")
+    tools: list[str] = Field(default_factory=list, description="Tools to register (empty: every listed tool). "
+                             "Listed tools are registered even when the server is down at start, so the planner's "
+                             "tool list and grammar stay the same across restarts.")
+    timeout_s: float = Field(default=10.0, gt=0, le=600, description="Wall-clock limit of one tool call.")
+    connect_timeout_s: float = Field(default=20.0, gt=0, le=600, description="Limit of one connect (process start "
+                                     "or HTTP handshake) plus tool listing.")
+    max_result_chars: int = Field(default=100_000, ge=64, le=10_000_000, description="A result longer than this is "
+                                  "an observation error (shorter results are cut to [tools] max_output_chars).")
+    reconnect_attempts: int = Field(default=3, ge=1, le=20, description="Connects tried (exponential backoff) when "
+                                    "the server is gone at a call; the call is then retried once.")
+    backoff_s: float = Field(default=0.25, gt=0, le=60, description="First wait between reconnects (doubles, "
+                             "at most 8x).")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if bool(self.command) == bool(self.url):
+            raise ValueError(f"MCP server {self.name!r}: give exactly one of command (stdio) and url (HTTP)")
+        return self
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_names(cls, names: list[str]) -> list[str]:
+        bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", n)]
+        if bad:
+            raise ValueError(f"tool names may use letters, digits, '_', '.' and '-' only: {bad}")
+        return names
+
+
 class ToolsSettings(StrictModel):
     """Which tools the agent has and their limits."""
 
@@ -99,3 +149,14 @@ class ToolsSettings(StrictModel):
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings, description="Knowledge search settings.")
     wikipedia: WikipediaSettings = Field(default_factory=WikipediaSettings, description="Wikipedia tool settings.")
     generalist: GeneralistSettings = Field(default_factory=GeneralistSettings, description="Generalist tool settings.")
+    mcp_servers: list[McpServerSettings] = Field(
+        default_factory=list, description="MCP servers whose tools are registered beside the built-ins, as "
+        "'<server>.<tool>' (TOML [[rollout.tools.mcp_servers]]).")
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_servers(cls, servers: list[McpServerSettings]) -> list[McpServerSettings]:
+        names = [s.name for s in servers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"MCP server names must be unique: {names}")
+        return servers

@@ -1,0 +1,6 @@
+"""``streamgrpo serve``: the trained agent as an MCP server whose calls land in the log.
+
+:mod:`.agent` runs one trajectory per ``solve`` through the rollout worker's own group runner (version
+gating, adapter pinning, event emission) and records every call as a Task plus the rollout events;
+:mod:`.server` exposes it with the ``mcp`` package's MCPServer over stdio or streamable HTTP.
+"""
