@@ -23,7 +23,8 @@ import struct
 from typing import Any, TypeVar, overload
 
 from fastavro import schemaless_reader, schemaless_writer
-from fastavro.schema import parse_schema
+from fastavro.read import SchemaResolutionError
+from fastavro.schema import SchemaParseException, UnknownType, parse_schema
 
 from streamgrpo.avro import registry
 from streamgrpo.avro.errors import DecodeError, EncodeError
@@ -32,6 +33,11 @@ from streamgrpo.avro.records import EVENT_TYPES, Event
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
 E = TypeVar("E", bound=Event)
+# what fastavro raises on a body that does not resolve or read (OverflowError: a varint or timestamp out of
+# range, found by tests/unit/fuzz; SchemaResolutionError: a writer schema incompatible with the reader's)
+_READ_ERRORS = (ValueError, TypeError, KeyError, IndexError, EOFError, StopIteration, OverflowError,
+                SchemaResolutionError)
+_MOCK_REGISTRIES: dict[str, Any] = {}  # mock:// URL -> its in-memory registry, shared like a real server
 
 
 def _plain(schema: Any) -> Any:
@@ -54,8 +60,18 @@ class Codec:
         if schema_registry_url:
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
-            # `new_client` returns the in-memory MockSchemaRegistryClient for mock:// URLs.
-            self._registry = SchemaRegistryClient.new_client({"url": schema_registry_url, **(registry_config or {})})
+            # `new_client` returns the in-memory MockSchemaRegistryClient for mock:// URLs; one per URL in a
+            # process, so that every codec of the process sees the schemas the others registered.
+            conf = {"url": schema_registry_url, **(registry_config or {})}
+            if schema_registry_url.startswith("mock://"):
+                self._registry = _MOCK_REGISTRIES.setdefault(schema_registry_url, SchemaRegistryClient.new_client(conf))
+            else:
+                self._registry = SchemaRegistryClient.new_client(conf)
+
+    @property
+    def schema_registry(self) -> Any:
+        """The schema registry client (None without a registry URL)."""
+        return self._registry
 
     def register_writer(self, schema: dict[str, Any], release: str = "external") -> bytes:
         """Teach this codec an extra writer schema (e.g. a producer's older or newer version).
@@ -111,8 +127,7 @@ class Codec:
         try:
             record = schemaless_reader(io.BytesIO(body), writer_schema, reader.parsed)
             return cls.from_avro(record)  # type: ignore[no-any-return]
-        except (ValueError, TypeError, KeyError, IndexError, EOFError, StopIteration, OverflowError) as exc:
-            # OverflowError: a varint or timestamp out of range (found by tests/unit/fuzz)
+        except _READ_ERRORS as exc:
             raise DecodeError(f"corrupt {writer_name} body: {type(exc).__name__}: {exc}") from exc
 
     def _writer(self, data: bytes) -> tuple[str, Any, bytes]:
@@ -131,14 +146,7 @@ class Codec:
                 raise DecodeError("truncated Confluent wire-format header")
             schema_id = struct.unpack(">I", data[1:5])[0]
             if schema_id not in self._writers:
-                from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-                try:
-                    schema = self._registry.get_schema(schema_id)
-                except SchemaRegistryError as exc:
-                    raise DecodeError(f"schema id {schema_id} not found in the registry: {exc}") from exc
-                writer: dict[str, Any] = parse_schema(json.loads(schema.schema_str))  # type: ignore[assignment]
-                self._writers[schema_id] = (writer["name"], writer)
+                self._writers[schema_id] = self._registered_writer(schema_id)
             name, parsed = self._writers[schema_id]
             return name, parsed, data[5:]
         raise DecodeError(
@@ -146,3 +154,19 @@ class Codec:
             "encoding (c301) nor, with a registry configured, the Confluent wire format (00)"
         )
 
+    def _registered_writer(self, schema_id: int) -> tuple[str, Any]:
+        """(full name, parsed schema) of a registry's writer schema; DecodeError unless it is an Avro record."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            schema = self._registry.get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            raise DecodeError(f"schema id {schema_id} not found in the registry: {exc}") from exc
+        try:
+            writer = parse_schema(json.loads(schema.schema_str))
+        except (ValueError, TypeError, KeyError, SchemaParseException, UnknownType) as exc:
+            raise DecodeError(f"schema id {schema_id} is not a valid Avro schema: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(writer, dict) or writer.get("type") != "record" or not isinstance(writer.get("name"), str):
+            kind = writer.get("type") if isinstance(writer, dict) else type(writer).__name__
+            raise DecodeError(f"schema id {schema_id} is not an Avro record (it is {kind!r}): not a streamgrpo event")
+        return writer["name"], writer

@@ -17,7 +17,8 @@ Delivery: at-least-once. After each poll the produced Rewards are flushed (and t
 the consumer's commit, which retries and then pauses rather than exiting if they cannot be
 delivered), then offsets are committed — but only while no rollout is waiting for its task or its
 group (otherwise the commit is deferred: a crash redelivers them; Rewards carry deterministic ids, so
-duplicates are dropped downstream). Dedup key inside one process: rollout_id (the intake's
+duplicates are dropped downstream). A crash commits nothing (:meth:`EventConsumer.abandon`): what it left
+unscored is redelivered. Dedup key inside one process: rollout_id (the intake's
 :class:`~streamgrpo.topics.dedup.RecentIds`).
 What is not covered: scoring order across partitions; exactly-once.
 """
@@ -203,17 +204,20 @@ class JudgeService:
         stop_tasks = asyncio.Event()
         follower = asyncio.create_task(
             LogFollower(self.kafka, ["tasks"], fold_events(self.tasks.apply), max_records=s.batch_size).run(stop_tasks))
-        started = False
+        started = finished = False
         try:
             with ThreadPoolExecutor(max_workers=s.llm.concurrency, thread_name_prefix="judge") as pool:
                 await consumer.start()
                 started = True
                 await self._loop(consumer, producer, pool, follower, max_idle_s, stop)
+                finished = True
         finally:
             stop_tasks.set()
             await asyncio.gather(follower, return_exceptions=True)
             await asyncio.to_thread(producer.flush)
-            if self.intake.pending == 0 and started:
+            if not finished:
+                consumer.abandon()  # a crash commits nothing past the records it left unscored
+            elif self.intake.pending == 0 and started:
                 await consumer.commit()
             await asyncio.gather(consumer.stop(), return_exceptions=True)
         log.info("judge stopped: %s", self.stats)

@@ -10,7 +10,9 @@ failures:
 - a handler that rejects a decoded record calls :meth:`EventConsumer.dead_letter`;
 - transient Kafka errors (commit during a rebalance, request timeouts) are logged and retried;
   the records are redelivered and handlers drop duplicates by event id;
-- anything else propagates: a bug crashes loudly rather than skipping records.
+- anything else propagates: a bug crashes loudly rather than skipping records. A poll that raises
+  records nothing as polled, and a service that crashes calls :meth:`EventConsumer.abandon` before it
+  stops, so no commit (not even the one before a revoke) moves past what the crash left unhandled.
 
 Offsets are committed only by :meth:`EventConsumer.commit` (never automatically), after the pending
 dead letters are acknowledged: at-least-once, nothing lost. A dead letter that cannot be delivered is
@@ -141,17 +143,24 @@ class EventConsumer:
             log.warning("poll timed out (%s); retrying", exc)
             return []
         out: list[Received] = []
+        polled: dict[TopicPartition, int] = {}
         for tp, msgs in records.items():
             topic = logical_name(self.kafka, tp.topic)
             self._observe(tp, topic, msgs)
             for m in msgs:
-                self._pending[tp] = m.offset + 1
                 rec = received(self.codec, topic, m.partition, m.offset, m.key, m.value, m.timestamp)
+                polled[tp] = m.offset + 1
                 if rec.event is None:
                     self._reject(rec, rec.error_code or "decode_error", rec.error or "")
                     continue
                 out.append(rec)
+        self._pending.update(polled)  # only once the whole poll is in hand: a crash above commits none of it
         return out
+
+    def abandon(self) -> None:
+        """Forget what was polled and not committed (after a crash): no later commit, revoke or stop moves
+        past it; the records go to the next owner of their partitions. Pending dead letters are kept."""
+        self._pending.clear()
 
     def _observe(self, tp: TopicPartition, topic: str, msgs: list[Any]) -> None:
         """Events consumed and the partition's lag after this batch (high watermark of the fetch minus the

@@ -102,3 +102,39 @@ def test_encoding_an_event_that_breaks_its_schema_is_an_encode_error() -> None:
 def test_derived_ids_are_deterministic_and_distinct() -> None:
     assert ids.derived_id("reward", "r1") == ids.derived_id("reward", "r1")
     assert ids.derived_id("reward", "r1") != ids.derived_id("sample", "r1")
+
+
+_ROLLOUT = {"type": "record", "name": "RolloutCompleted", "namespace": "streamgrpo.events"}
+
+
+@pytest.mark.parametrize(
+    ("writer", "datum", "fragment"),
+    [("string", "hello", "not an Avro record"),  # was: TypeError escaped decode
+     ({"type": "array", "items": "long"}, [1, 2], "not an Avro record"),
+     ({"type": "enum", "name": "E", "symbols": ["A"]}, "A", "not an Avro record"),
+     ({**_ROLLOUT, "fields": [{"name": "question", "type": "int"}]}, {"question": 7},
+      "SchemaResolutionError"),  # was: SchemaResolutionError escaped decode
+     ({**_ROLLOUT, "fields": []}, {}, "SchemaResolutionError")],  # required reader fields missing
+)
+def test_a_registry_writer_schema_that_does_not_resolve_is_a_decode_error(writer: object, datum: object,
+                                                                          fragment: str) -> None:
+    import json
+    import struct
+    import uuid
+
+    from confluent_kafka.schema_registry import Schema
+    from fastavro import parse_schema
+
+    codec = Codec(f"mock://codec-{uuid.uuid4().hex[:8]}")
+    schema_id = codec.schema_registry.register_schema("rollouts-x", Schema(json.dumps(writer), "AVRO"))
+    body = io.BytesIO()
+    schemaless_writer(body, parse_schema(writer), datum)
+    with pytest.raises(DecodeError, match=fragment):
+        codec.decode(CONFLUENT_MAGIC + struct.pack(">I", schema_id) + body.getvalue())
+
+
+def test_codecs_of_one_process_share_a_mock_registry() -> None:
+    writer, reader = Codec("mock://codec-shared"), Codec("mock://codec-shared")
+    event = sample_events()[0]
+    assert reader.decode(writer.encode(event, "tasks")) == event
+    assert Codec("mock://codec-other").schema_registry is not writer.schema_registry
