@@ -8,6 +8,9 @@ Two wire formats:
   because one topic may carry several event types (``adapter-events``). ``mock://`` URLs use
   confluent-kafka's in-memory registry (tests).
 
+Text that UTF-8 cannot carry (a lone surrogate, e.g. in a model's reply) is encoded with U+FFFD in its
+place (:func:`valid_text`): a producer never fails on what a model wrote.
+
 Decoding always resolves the writer schema to the current reader schema, so events written by any
 released schema version decode with today's code. Bad bytes raise :class:`DecodeError` with the
 reason; callers route those records to ``dead-letters``.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import struct
 from typing import Any, TypeVar, overload
 
@@ -37,7 +41,20 @@ E = TypeVar("E", bound=Event)
 # range, found by tests/unit/fuzz; SchemaResolutionError: a writer schema incompatible with the reader's)
 _READ_ERRORS = (ValueError, TypeError, KeyError, IndexError, EOFError, StopIteration, OverflowError,
                 SchemaResolutionError)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _MOCK_REGISTRIES: dict[str, Any] = {}  # mock:// URL -> its in-memory registry, shared like a real server
+
+
+def valid_text(datum: Any) -> Any:
+    """``datum`` with every surrogate code point in its strings (keys included) replaced by U+FFFD: text
+    that UTF-8, hence Avro, can carry. Python strings hold lone surrogates (``json.loads('"\\ud800"')``)."""
+    if isinstance(datum, str):
+        return _SURROGATE.sub("\ufffd", datum)
+    if isinstance(datum, dict):
+        return {valid_text(k): valid_text(v) for k, v in datum.items()}
+    if isinstance(datum, (list, tuple)):
+        return [valid_text(v) for v in datum]
+    return datum
 
 
 def _plain(schema: Any) -> Any:
@@ -47,6 +64,21 @@ def _plain(schema: Any) -> Any:
     if isinstance(schema, list):
         return [_plain(v) for v in schema]
     return schema
+
+
+def _body(sv: registry.SchemaVersion, event: Event, datum: Any, *, retry_text: bool) -> bytes:
+    """The Avro binary body; EncodeError when ``datum`` does not match the schema (UnicodeEncodeError
+    passes through with ``retry_text``, for the caller to retry with :func:`valid_text`)."""
+    out = io.BytesIO()
+    try:
+        schemaless_writer(out, sv.parsed, datum)
+    except UnicodeEncodeError:
+        if retry_text:
+            raise
+        raise EncodeError(f"{event.SCHEMA_NAME} holds text UTF-8 cannot carry") from None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        raise EncodeError(f"{event.SCHEMA_NAME} does not match its schema: {exc}") from exc
+    return out.getvalue()
 
 
 class Codec:
@@ -87,16 +119,15 @@ class Codec:
     def encode(self, event: Event, topic: str | None = None, writer: registry.SchemaVersion | None = None) -> bytes:
         """Encode with the current schema (or ``writer``, an older/registered version, for tests and tools)."""
         sv = writer or registry.get(event.SCHEMA_NAME)
-        out = io.BytesIO()
         if self._registry is not None:
-            out.write(CONFLUENT_MAGIC + struct.pack(">I", self._schema_id(sv, topic or "events")))
+            header = CONFLUENT_MAGIC + struct.pack(">I", self._schema_id(sv, topic or "events"))
         else:
-            out.write(SINGLE_OBJECT_MAGIC + sv.fingerprint)
+            header = SINGLE_OBJECT_MAGIC + sv.fingerprint
+        datum = event.to_avro()
         try:
-            schemaless_writer(out, sv.parsed, event.to_avro())
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
-            raise EncodeError(f"{event.SCHEMA_NAME} does not match its schema: {exc}") from exc
-        return out.getvalue()
+            return header + _body(sv, event, datum, retry_text=True)
+        except UnicodeEncodeError:  # a lone surrogate (model output, "\ud800"): Avro strings are UTF-8
+            return header + _body(sv, event, valid_text(datum), retry_text=False)
 
     def _schema_id(self, sv: registry.SchemaVersion, topic: str) -> int:
         key = (topic, sv.name)

@@ -138,3 +138,16 @@ def test_codecs_of_one_process_share_a_mock_registry() -> None:
     event = sample_events()[0]
     assert reader.decode(writer.encode(event, "tasks")) == event
     assert Codec("mock://codec-other").schema_registry is not writer.schema_registry
+
+
+def test_text_utf8_cannot_carry_is_encoded_with_a_replacement_character() -> None:
+    # issue 24, finding 9: a lone surrogate in model output made EncodeError escape (a crash loop)
+    from streamgrpo.avro.codec import valid_text
+
+    task = R.Task(envelope=R.Envelope.new("test", task_id="t\ud800"), question="4\ud800?", source="s",
+                  group_size=2, ground_truths=["\udfff"], metadata={"k\ud83d": "v"})
+    for codec in (Codec(), Codec("mock://codec-surrogate")):
+        back = codec.decode(codec.encode(task, "tasks"), R.Task)
+        assert (back.question, back.ground_truths, back.envelope.task_id) == ("4\ufffd?", ["\ufffd"], "t\ufffd")
+        assert back.metadata == {"k\ufffd": "v"}
+    assert valid_text({"a\ud800": ["\udbff\udfff", 3, None]}) == {"a\ufffd": ["\ufffd\ufffd", 3, None]}
