@@ -14,10 +14,16 @@ the sample's offset, and whether that trainer actually trained it) -> ``adapter_
 "Trained" (``sample_lineage.drop_reason IS NULL``) follows the trainer's admission exactly where the
 events say enough: a record inside a version's lineage was trained unless it belongs to another adapter
 family (``other_adapter``), a trainer dead-lettered it (its reason code, e.g. ``trainer_malformed``), it
-is a second copy of an event id (the views keep the first), or it was more than the trainer's
-``max_staleness`` versions behind (``stale``; the trainer records the setting in AdapterPublished metrics).
+is a second copy of an event id (the views keep the first), or the drop rule of
+:mod:`streamgrpo.lifecycle.pacing` refused it (the same rule, as SQL): ``rolled_back`` when its version is
+on a branch the trainer left (not the trainer's weights, not one of their ancestors, a published version
+of a line that had a rollback or rejection: the trainer continues from the primary and drops what the
+discarded versions sampled), ``stale`` when it was more than the trainer's ``max_staleness`` versions
+behind the weights along their lineage (the trainer records the setting in AdapterPublished metrics).
 What is not covered: versions published with ``publish_every`` > 1 get the lineage of all their steps
-(still exact); a trainer restart that forgot the ids it had seen may train a second copy the view hides.
+(still exact); a trainer restart that forgot the ids it had seen may train a second copy the view hides; the
+samples of a step that a rollback discarded before it was published count as trained by the next version;
+several trainers publishing into one adapter name.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from streamgrpo.archive import duck
+from streamgrpo.lifecycle import pacing
 
 
 @dataclass(frozen=True)
@@ -79,29 +86,60 @@ SAMPLE_LINEAGE = View(
         "reward": "Reward of the rollout.", "trained_version": "Version whose lineage covers the record.",
         "parent_version": "Version the trainer continued from (NULL: fresh adapter).",
         "published_at": "When trained_version was announced.",
-        "staleness": "Versions the sample lagged behind the trainer (parent_version or 0, minus behaviour_version).",
-        "drop_reason": "NULL when trained; else other_adapter, stale or the trainer's dead-letter reason code.",
+        "staleness": "Versions the sample lagged behind the trainer's weights (parent_version, 0 for a fresh "
+                     "adapter), counted along their lineage (lifecycle.pacing.versions_behind).",
+        "drop_reason": "NULL when trained; else other_adapter, rolled_back, stale or the trainer's dead-letter "
+                       "reason code.",
     },
-    """
-    WITH ranges AS (
+    f"""
+    WITH RECURSIVE published AS (
+        SELECT adapter_name, version, nullif(parent_version, 0) AS parent FROM adapter_published),
+    chain AS (  -- every version's ancestors as announced, 1 = its parent (a forged cycle stops at the count)
+        SELECT adapter_name, version AS head, parent AS ancestor, 1 AS depth FROM published WHERE parent IS NOT NULL
+        UNION ALL
+        SELECT c.adapter_name, c.head, p.parent, c.depth + 1
+        FROM chain c JOIN published p ON p.adapter_name = c.adapter_name AND p.version = c.ancestor
+        WHERE p.parent IS NOT NULL AND c.depth < (SELECT count(*) FROM published)),
+    depths AS (SELECT adapter_name, head, ancestor, min(depth) AS depth FROM chain GROUP BY ALL),
+    roots AS (SELECT adapter_name, head, count(*) + 1 AS depth FROM depths GROUP BY ALL),  -- where 0 sits
+    left_lines AS (  -- adapters with a rollback or rejection: the trainer left a branch there
+        SELECT DISTINCT adapter_name FROM (SELECT adapter_name FROM adapter_rolled_back
+                                           UNION ALL SELECT adapter_name FROM adapter_rejected)),
+    ranges AS (
         SELECT adapter_name, version, parent_version, event_time AS published_at,
-               metrics['max_staleness'] AS max_staleness, unnest(lineage) AS rng
+               metrics['{pacing.MAX_STALENESS_METRIC}'] AS max_staleness, unnest(lineage) AS rng
         FROM adapter_published),
     trainer_letters AS (
         SELECT source_partition, source_offset, any_value(reason_code) AS reason_code FROM dead_letters
-        WHERE source_topic = 'training-samples' AND consumer LIKE 'trainer.%' GROUP BY 1, 2)
-    SELECT s.event_id AS sample_id, s.task_id, s.group_id, s.rollout_id, s.kafka_partition, s.kafka_offset,
-           r.adapter_name, s.adapter_name AS sample_adapter, s.behaviour_version, s.advantage, s.reward,
-           r.version AS trained_version, r.parent_version, r.published_at,
-           coalesce(r.parent_version, 0) - s.behaviour_version AS staleness,
-           CASE WHEN s.adapter_name <> r.adapter_name THEN 'other_adapter'
-                WHEN d.reason_code IS NOT NULL THEN d.reason_code
-                WHEN coalesce(r.parent_version, 0) - s.behaviour_version > r.max_staleness THEN 'stale'
+        WHERE source_topic = 'training-samples' AND consumer LIKE 'trainer.%' GROUP BY 1, 2),
+    placed AS (
+        SELECT s.event_id AS sample_id, s.task_id, s.group_id, s.rollout_id, s.kafka_partition, s.kafka_offset,
+               r.adapter_name, s.adapter_name AS sample_adapter, s.behaviour_version, s.advantage, s.reward,
+               r.version AS trained_version, r.parent_version, r.published_at, r.max_staleness,
+               coalesce(r.parent_version, 0) AS weights, d.reason_code
+        FROM training_samples s
+        JOIN ranges r ON r.rng.topic = 'training-samples' AND r.rng."partition" = s.kafka_partition
+                     AND s.kafka_offset BETWEEN r.rng."start" AND r.rng."end"
+        LEFT JOIN trainer_letters d ON d.source_partition = s.kafka_partition AND d.source_offset = s.kafka_offset),
+    measured AS (
+        SELECT x.*, CASE WHEN x.behaviour_version = 0 THEN coalesce(o.depth, 1) ELSE a.depth END AS depth,
+               (x.behaviour_version <> x.weights AND a.depth IS NULL AND x.behaviour_version <> 0
+                AND l.adapter_name IS NOT NULL AND b.version IS NOT NULL) AS left_behind
+        FROM placed x
+        LEFT JOIN depths a ON a.adapter_name = x.adapter_name AND a.head = x.weights
+                          AND a.ancestor = x.behaviour_version
+        LEFT JOIN roots o ON o.adapter_name = x.adapter_name AND o.head = x.weights
+        LEFT JOIN left_lines l ON l.adapter_name = x.adapter_name
+        LEFT JOIN published b ON b.adapter_name = x.adapter_name AND b.version = x.behaviour_version)
+    SELECT sample_id, task_id, group_id, rollout_id, kafka_partition, kafka_offset, adapter_name, sample_adapter,
+           behaviour_version, advantage, reward, trained_version, parent_version, published_at,
+           CAST({pacing.versions_behind_sql("weights", "behaviour_version", "depth")} AS INTEGER) AS staleness,
+           CASE WHEN sample_adapter <> adapter_name THEN 'other_adapter'
+                WHEN reason_code IS NOT NULL THEN reason_code
+                ELSE {pacing.drop_reason_sql("left_behind", pacing.versions_behind_sql(
+                      "weights", "behaviour_version", "depth"), "max_staleness")}
            END AS drop_reason
-    FROM training_samples s
-    JOIN ranges r ON r.rng.topic = 'training-samples' AND r.rng."partition" = s.kafka_partition
-                 AND s.kafka_offset BETWEEN r.rng."start" AND r.rng."end"
-    LEFT JOIN trainer_letters d ON d.source_partition = s.kafka_partition AND d.source_offset = s.kafka_offset
+    FROM measured
     """,
 )
 

@@ -11,7 +11,8 @@ the version that sampled it. Everything derived from them lives here:
   its staleness metric and the analysis views use it.
 - **the drop rule** (:func:`drop_reason`): a sample of a discarded (rolled back or rejected) version is
   ``rolled_back``; one more than ``max_staleness`` versions behind is ``stale``; else it may train.
-  :func:`first_fresh_version` is the same rule read the other way (the oldest version that still trains).
+  :func:`first_fresh_version` is the same rule read the other way (the oldest version that still trains);
+  :func:`versions_behind_sql` and :func:`drop_reason_sql` are both rules as SQL for the archive's views.
 - **the admission budget** (:func:`admit`, :attr:`Pacing.admission_budget`): the fan-out starts a group
   while ``pending + in_flight + group_size <= (1 + max_staleness) * samples_per_step``, so a group is
   trained at most ``max_staleness`` versions after it was sampled; it always starts one while fewer than
@@ -93,6 +94,20 @@ def drop_reason(behaviour: int, current: int, max_staleness: int, *, discarded: 
 def first_fresh_version(version: int, max_staleness: int) -> int:
     """The oldest behaviour version that trainer weights at ``version`` still train (by version numbers)."""
     return version - max_staleness
+
+
+def versions_behind_sql(current: str, behaviour: str, depth: str) -> str:
+    """:func:`versions_behind` as a SQL expression over SQL expressions; ``depth`` is ``behaviour``'s position on
+    ``current``'s chain (1: the parent), NULL when it is not on it."""
+    return (f"CASE WHEN {behaviour} = {current} THEN 0 WHEN {depth} IS NOT NULL THEN {depth} "
+            f"ELSE {current} - {behaviour} END")
+
+
+def drop_reason_sql(discarded: str, behind: str, max_staleness: str) -> str:
+    """:func:`drop_reason` as a SQL CASE expression over SQL expressions (the analysis views read the archive with
+    it): ``'rolled_back'`` when ``discarded`` holds, ``'stale'`` when ``behind`` exceeds ``max_staleness``, else
+    NULL (also when ``max_staleness`` is NULL: an announcement that did not record it)."""
+    return f"CASE WHEN {discarded} THEN 'rolled_back' WHEN {behind} > {max_staleness} THEN 'stale' END"
 
 
 @dataclass(frozen=True)
