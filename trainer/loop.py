@@ -45,10 +45,11 @@ from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.heartbeat import Heartbeat
+from streamgrpo.lifecycle import pacing
 from streamgrpo.models import adapter_store as store
 from streamgrpo.models.base import resolve_base_model
 from streamgrpo.models.grammar import GrammarReplay
-from streamgrpo.models.registry import AdapterRegistry
+from streamgrpo.models.registry import AdapterRegistry, ancestors
 from streamgrpo.topics.consumer import EventConsumer
 from streamgrpo.topics.dedup import RecentIds
 from streamgrpo.topics.follow import iter_topic, read_topic
@@ -236,7 +237,7 @@ def accept(received: Received, state: TrainerState, cfg: TrainerConfig) -> tuple
     line = state.registry.line(cfg.adapter_name) if state.registry is not None else None
     ours = sample.adapter_name == cfg.adapter_name
     lineage_reason = drop_reason_for(sample, line, state.version, max_staleness=cfg.max_staleness) if ours else None
-    current = sample.behaviour_version if line is not None and ours else state.version  # staleness along the lineage
+    current = None if line is not None and ours else state.version  # None: staleness was checked along the lineage
     reason = lineage_reason or drop_reason(sample, adapter_name=family, current_version=current,
                                            max_staleness=cfg.max_staleness, max_seq_len=cfg.max_seq_len)
     if reason is None and sample.sampling is not None and sample.sampling.constraint is not None:
@@ -248,9 +249,12 @@ def accept(received: Received, state: TrainerState, cfg: TrainerConfig) -> tuple
 
 
 async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfig,
-                  heartbeat: Heartbeat | None = None) -> list[R.TrainingSample] | None:
+                  heartbeat: Heartbeat | None = None, stop: asyncio.Event | None = None
+                  ) -> list[R.TrainingSample] | None:
     """Read until one optimizer step's worth of samples is admitted; ``None`` after ``idle_exit_s`` idle
-    (time waiting for a partition assignment, e.g. while a killed predecessor's session expires, is not idle).
+    (time waiting for a partition assignment, e.g. while a killed predecessor's session expires, is not idle),
+    or once ``stop`` is set (checked before every poll, so a stop waits at most one ``poll_timeout_ms``; what was
+    taken or is held is not trained, published or committed: a restart reads it again).
 
     Everything already fetched (up to :func:`~streamgrpo.trainer.intake.capacity`) is polled into
     ``state.intake`` before samples are taken from it, oldest behaviour version first (see
@@ -262,6 +266,8 @@ async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfi
     intake, cap = state.intake, capacity(cfg.samples_per_step, cfg.max_staleness)
     idle_since = time.monotonic()
     while len(samples) < cfg.samples_per_step:
+        if stop is not None and stop.is_set():
+            return None
         need = cfg.samples_per_step - len(samples)
         if len(intake) < cap:
             # wait for records while fewer than the step needs are held; otherwise only drain what is fetched
@@ -269,6 +275,8 @@ async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfi
                                         timeout_ms=cfg.poll_timeout_ms if len(intake) < need else DRAIN_MS)
             alive.beat()
             intake.extend(batch)
+            if batch:
+                log.debug("polled %d records; the intake holds %d (a step takes %d more)", len(batch), len(intake), need)
             if batch or not consumer.assignment():  # idle = assigned partitions with nothing new
                 idle_since = time.monotonic()
             elif (len(intake) < need and cfg.idle_exit_s is not None  # ... and not a step's worth held
@@ -280,7 +288,7 @@ async def collect(consumer: SampleSource, state: TrainerState, cfg: TrainerConfi
             await take(received, samples, consumer, state, cfg)
     publishes = (state.step + 1) % cfg.publish_every == 0
     if publishes:  # a held sample the next version would make too stale is trained now (the step grows)
-        for received in intake.take_through_older(state.version + 1 - cfg.max_staleness):
+        for received in intake.take_through_older(pacing.first_fresh_version(state.version + 1, cfg.max_staleness)):
             await take(received, samples, consumer, state, cfg)
     return samples
 
@@ -314,8 +322,8 @@ def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: Traine
 
 def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) -> R.AdapterPublished:
     """Store the adapter as the next version and announce it (flushed) -> the event."""
-    metrics = {**state.last_metrics, **{f"dropped_{k}": float(v) for k, v in state.dropped.items()},
-               "max_staleness": float(cfg.max_staleness)}  # the analysis tells trained from stale samples by it
+    # the analysis tells trained from stale samples by the recorded max_staleness
+    metrics = {**state.last_metrics, **pacing.drop_metrics(state.dropped, cfg.max_staleness)}
     manifest = store.Manifest(
         adapter_name=cfg.adapter_name, version=max(state.version, state.published) + 1,
         parent_version=state.version or None,
@@ -336,9 +344,13 @@ def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) ->
 
 
 def record_step(state: TrainerState, samples: list[R.TrainingSample], metrics: dict[str, float],
-                seconds: float) -> None:
-    """The step's series in the process's metrics (a no-op when they are off)."""
+                seconds: float, adapter_name: str | None = None) -> None:
+    """The step's series in the process's metrics (a no-op when they are off); a sample's staleness is
+    :func:`~streamgrpo.lifecycle.pacing.versions_behind` along the lineage of ``adapter_name`` where the registry
+    knows it."""
     m, now = M.current(), time.time()
+    chain = (ancestors(state.registry.line(adapter_name), state.version)
+             if state.registry is not None and adapter_name is not None else None)
     m.inc(M.TRAINER_STEPS)
     m.observe(M.TRAINER_STEP_DURATION, seconds)
     m.inc(M.TRAINER_TOKENS, metrics.get("tokens", 0.0))
@@ -347,7 +359,8 @@ def record_step(state: TrainerState, samples: list[R.TrainingSample], metrics: d
         if key in metrics:
             m.set(spec, metrics[key])
     for sample in samples:
-        m.observe(M.SAMPLE_STALENESS, max(0, state.version - sample.behaviour_version))
+        own = chain if sample.adapter_name == adapter_name else None  # another family: by version numbers
+        m.observe(M.SAMPLE_STALENESS, max(0, pacing.versions_behind(state.version, sample.behaviour_version, own)))
         m.observe(M.SAMPLE_AGE, max(0.0, now - sample.envelope.event_time.timestamp()))
 
 
@@ -368,15 +381,20 @@ async def train(consumer: SampleSource, producer: EventProducer, state: TrainerS
     published: list[R.AdapterPublished] = []
     while not (stop is not None and stop.is_set()) and (cfg.max_steps is None or state.step < cfg.max_steps):
         await asyncio.to_thread(check_rollback, state, cfg)
-        samples = await collect(consumer, state, cfg, alive)
+        samples = await collect(consumer, state, cfg, alive, stop)
         if samples is None:
-            log.info("no samples for %.0f s; stopping (dropped since the last adapter: %s)", cfg.idle_exit_s,
-                     dict(state.dropped))
+            if stop is not None and stop.is_set():
+                taken = sum(r.end - r.start + 1 for r in state.lineage.offset_ranges())
+                log.info("stopping on request: %d records taken and %d held since the last adapter stay "
+                         "uncommitted (read again after a restart)", taken, len(state.intake))
+            else:
+                log.info("no samples for %.0f s; stopping (dropped since the last adapter: %s)", cfg.idle_exit_s,
+                         dict(state.dropped))
             break
         started = time.monotonic()
         state.last_metrics = await asyncio.to_thread(train_step, state, samples, cfg)
         log_step(state, state.last_metrics, time.monotonic() - started)
-        record_step(state, samples, state.last_metrics, time.monotonic() - started)
+        record_step(state, samples, state.last_metrics, time.monotonic() - started, cfg.adapter_name)
         alive.beat()
         if await asyncio.to_thread(check_rollback, state, cfg):
             continue  # the step was computed on weights rolled back meanwhile: not published
