@@ -139,8 +139,9 @@ def submit(ctx: click.Context, source_file: str, group_size: int, source: str | 
            skip_invalid: bool, report_path: Path | None, limit: int | None, bootstrap: str | None) -> None:
     """Publish tasks from FILE (JSONL, CSV or Parquet), or FILE=`builtin` for the built-in offline set.
 
-    All or nothing: every row is first validated (fields, group size, UTF-8 text), encoded as Avro
-    and its size checked against the largest record the `tasks` topic accepts. A bad row fails the
+    All or nothing: every row is first validated (fields, group size, UTF-8 text, at most the
+    fan-out's 256 KiB encoded), encoded as Avro and its size checked against the largest record the
+    `tasks` topic accepts. A bad row fails the
     whole file with its row number and reason, and nothing is published, unless --skip-invalid is
     given. Ends with counts of published and rejected rows.
     """

@@ -18,9 +18,11 @@ a group is open; metrics and the A/B test keep them apart). All or nothing, like
     label_rollouts(KafkaSettings(bootstrap="kafka:9092"), [Label(rollout_id, 1.0)], by="ada")
 
 :func:`publish_rows` is what ``streamgrpo submit`` uses for files. All or nothing: EVERY row is
-first built into a Task (fields, ``group_size`` in 1..:data:`MAX_GROUP_SIZE`, UTF-8 text: no lone
-surrogates), encoded with the producer's Avro codec, and its record size checked against the
-largest record the topic accepts (:func:`topic_max_message_bytes`); only then is anything sent.
+first built into a Task (the field rules of :mod:`~streamgrpo.topics.task_fields`: strings, no
+lone surrogates, a list of answers, flat metadata, an identifier as task_id, at most the fan-out's
+:data:`~streamgrpo.topics.limits.MAX_TASK_BYTES` encoded; ``group_size`` in 1..:data:`MAX_GROUP_SIZE`),
+encoded with the producer's Avro codec, and its record size checked against the largest record
+the topic accepts (:func:`topic_max_message_bytes`); only then is anything sent.
 A bad row is reported with its 1-based row number; without ``skip_invalid`` nothing is published,
 with it the bad rows are left out and reported. A row's own ``group_size`` is honoured (the
 caller's value is the default for rows without one).
@@ -50,12 +52,15 @@ from streamgrpo.avro.records import (
     Task,
 )
 from streamgrpo.config import KafkaSettings
+from streamgrpo.topics import task_fields as fields
 from streamgrpo.topics.catalog import topic_for
 from streamgrpo.topics.clients import client_config, topic_name
 from streamgrpo.topics.errors import TopicsError
 from streamgrpo.topics.producer import EventProducer
+from streamgrpo.topics.task_fields import TaskValidationError
 
 log = logging.getLogger(__name__)
+_SIZING = Codec()  # single-object framing: its header is the larger of the two wire formats
 
 #: Largest GRPO group a Task may ask for (submit, the SDK; the fan-out builds this many requests).
 MAX_GROUP_SIZE = 256
@@ -74,10 +79,6 @@ class TaskLike(Protocol):
     metadata: dict[str, str]
 
 
-class TaskValidationError(ValueError):
-    """A task is not publishable; the message names the field."""
-
-
 def make_task(
     question: str,
     *,
@@ -88,42 +89,22 @@ def make_task(
     task_id: str | None = None,
     service: str = "submit",
 ) -> Task:
-    """Build a validated Task event (raises TaskValidationError naming the bad field)."""
-    if not isinstance(question, str) or not question.strip():
-        raise TaskValidationError("question: must be a non-empty string")
-    if not source:
-        raise TaskValidationError("source: must be a non-empty string")
+    """Build a validated Task event (raises TaskValidationError naming the bad field: see
+    :mod:`~streamgrpo.topics.task_fields`; nothing is converted or rewritten)."""
+    question = fields.text("question", question)
+    fields.text("source", source)
     if isinstance(group_size, bool) or not isinstance(group_size, int) or not 1 <= group_size <= MAX_GROUP_SIZE:
         raise TaskValidationError(f"group_size: must be an integer from 1 to {MAX_GROUP_SIZE}, got {group_size!r:.40}")
-    truths = [str(t) for t in ground_truths]
-    if any(not t.strip() for t in truths):
-        raise TaskValidationError("ground_truths: answers must be non-empty strings")
-    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    _check_utf8("question", question)
-    _check_utf8("source", source)
-    for t in truths:
-        _check_utf8("ground_truths", t)
-    for k, v in meta.items():
-        _check_utf8(f"metadata[{k!r:.40}]", k + v)
-    tid = task_id or str(uuid.uuid4())
-    return Task(
-        envelope=Envelope.new(service, task_id=tid),
+    task = Task(
+        envelope=Envelope.new(service, task_id=fields.task_id(task_id) or str(uuid.uuid4())),
         question=question.strip(),
         source=source,
         group_size=group_size,
-        ground_truths=truths,
-        metadata=meta,
+        ground_truths=fields.ground_truths(ground_truths),
+        metadata=fields.metadata(metadata),
     )
-
-
-def _check_utf8(name: str, text: str) -> None:
-    """Avro strings are UTF-8: a lone surrogate (e.g. from a JSON ``"\\ud800"`` escape) cannot be sent."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise TaskValidationError(
-            f"{name}: contains {text[exc.start]!r} at position {exc.start}, a lone UTF-16 surrogate that UTF-8 "
-            "cannot encode (fix the escape in the file)") from exc
+    fields.encoded_size(len(_SIZING.encode(task)))
+    return task
 
 
 def topic_max_message_bytes(kafka: KafkaSettings, topic: str = "tasks", timeout_s: float = 5.0) -> int:
@@ -166,7 +147,7 @@ class TaskProducer:
         task_id: str | None = None,
     ) -> str:
         task = make_task(
-            question, source=self.source, group_size=group_size or self.group_size,
+            question, source=self.source, group_size=self.group_size if group_size is None else group_size,
             ground_truths=ground_truths, metadata=metadata, task_id=task_id, service=self.service,
         )
         self._producer.send(task)
@@ -225,6 +206,7 @@ def encode_row(number: int, row: TaskLike, codec: Codec, kafka: KafkaSettings, *
     except EncodeError as exc:
         raise TaskValidationError(f"cannot be encoded as Avro: {exc}") from exc
     key = spec.key_of(task)
+    fields.encoded_size(len(value))
     size = len(value) + len(key.encode("utf-8") if key else b"") + RECORD_OVERHEAD_BYTES
     if size > max_bytes:
         raise TaskValidationError(

@@ -98,3 +98,26 @@ def test_any_row_is_a_record_or_a_validation_error(row: TaskRow, group_size: int
     task = Codec().decode(rec.value)
     assert task.group_size == (group_size if row.group_size is None else row.group_size)  # type: ignore[attr-defined]
     assert 1 <= task.group_size <= MAX_GROUP_SIZE  # type: ignore[attr-defined]
+
+
+ANY = st.one_of(VALUES, st.lists(TEXT, max_size=3), st.dictionaries(TEXT, TEXT, max_size=3), TEXT)
+
+
+@fuzz()
+@given(ANY, ANY, ANY, ANY, st.one_of(st.none(), TEXT, st.integers()), st.one_of(st.integers(), st.none(), TEXT))
+def test_make_task_builds_what_it_was_given_or_names_the_field(question: Any, source: Any, truths: Any, meta: Any,
+                                                               task_id: Any, group_size: Any) -> None:
+    from streamgrpo.topics.sdk import make_task
+
+    try:
+        task = make_task(question, source=source, group_size=group_size, ground_truths=truths, metadata=meta,
+                         task_id=task_id)
+    except TaskValidationError as exc:
+        assert str(exc).startswith(("question:", "source:", "group_size:", "ground_truths", "metadata", "task_id:",
+                                    "the task is")), str(exc)
+        return
+    # nothing converted: the Task holds exactly what was passed (question stripped)
+    assert task.question == question.strip() and task.source == source and task.group_size == group_size
+    assert task.ground_truths == list(truths) and all(isinstance(t, str) for t in truths)
+    assert task.metadata == (meta or {}) and (task_id is None or task.envelope.task_id == task_id)
+    assert Codec().decode(Codec().encode(task)) == task
