@@ -9,7 +9,8 @@ ambiguous with function arguments).
 Bounds, two layers:
 
 - sizes: CPU/memory bombs are refused (or computed exactly a cheaper way) before they run: an
-  expression longer than :data:`MAX_EXPR_CHARS` or deeper than :data:`MAX_DEPTH`, a power whose
+  expression longer than :data:`MAX_EXPR_CHARS` or nested (brackets, calls, powers) deeper than
+  :data:`MAX_DEPTH` (a chain ``1 + 2 + ... + 99`` is a loop, not nesting), a power whose
   result would have more than :data:`MAX_RESULT_DIGITS` digits (``9**9**9``), a product of integers
   that would, a factorial above :data:`MAX_FACTORIAL`; ``round(x, n)`` with ``n`` far below ``x``'s
   digit count is computed with the smallest ``n`` that gives the same result (``round(1, -10**18)``
@@ -18,6 +19,8 @@ Bounds, two layers:
   (:class:`~streamgrpo.rollout.tools.bounded.BoundedCall`) killed after ``wall_seconds``
   (default :data:`WALL_SECONDS`), with an address-space limit of ``memory_mb``, so an operation these
   rules missed ends the call with an error instead of hanging the worker.
+
+A float result that is not finite (``1e308 * 10``, ``inf - inf``) is an error, at every step.
 
 Not covered: variables, assignment, comparisons, complex numbers, symbolic maths (use the python
 tool with sympy for those).
@@ -107,13 +110,33 @@ def _binop(op: ast.operator, a: Number, b: Number) -> Number:
     return fn(a, b)
 
 
+def _finite(x: Number) -> Number:
+    """A float result must be a number: inf and nan are errors, never answers."""
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ToolInputError(f"the result is {x}: it overflows a float (use integers for exact large numbers)")
+    return x
+
+
+def _chain(node: ast.BinOp, depth: int) -> Number:
+    """A left-associative chain (``1 + 2 + ... + 41``) evaluated as a loop: its length is not nesting depth."""
+    spine: list[ast.BinOp] = []
+    left: ast.AST = node
+    while isinstance(left, ast.BinOp) and not isinstance(left.op, ast.Pow):
+        spine.append(left)
+        left = left.left
+    value = _eval(left, depth + 1)
+    for op in reversed(spine):
+        value = _finite(_binop(op.op, value, _eval(op.right, depth + 1)))
+    return value
+
+
 def _eval(node: ast.AST, depth: int = 0) -> Number:
     if depth > MAX_DEPTH:
         raise ToolInputError(f"expression is nested deeper than {MAX_DEPTH} levels")
     if isinstance(node, ast.Expression):
         return _eval(node.body, depth + 1)
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return node.value
+        return _finite(node.value)  # "1e999" parses as inf
     if isinstance(node, ast.Name):
         if node.id in CONSTANTS:
             return CONSTANTS[node.id]
@@ -121,8 +144,10 @@ def _eval(node: ast.AST, depth: int = 0) -> Number:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
         value = _eval(node.operand, depth + 1)
         return -value if isinstance(node.op, ast.USub) else +value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        return _finite(_binop(node.op, _eval(node.left, depth + 1), _eval(node.right, depth + 1)))
     if isinstance(node, ast.BinOp):
-        return _binop(node.op, _eval(node.left, depth + 1), _eval(node.right, depth + 1))
+        return _chain(node, depth)
     if isinstance(node, ast.Call):
         return _call(node, depth)
     raise ToolInputError(f"{type(node).__name__} is not allowed; only numbers, operators and functions")
@@ -136,7 +161,7 @@ def _call(node: ast.Call, depth: int) -> Number:
         raise ToolInputError("keyword arguments are not supported")
     args = [_eval(a, depth + 1) for a in node.args]
     try:
-        return FUNCTIONS[node.func.id](*args)
+        return _finite(FUNCTIONS[node.func.id](*args))
     except TypeError as exc:
         raise ToolInputError(f"{node.func.id}: {exc}") from exc
 

@@ -140,3 +140,19 @@ def test_the_calculator_runs_in_a_killable_helper_process() -> None:
     assert proc.poll() is not None
     assert calc.run({"expression": "6*7"}).output == "42"  # a fresh helper
     calc.bounded.close()
+
+
+@pytest.mark.parametrize(
+    "expr", ["1e308 * 10", "1e308 * 10 - 1e308 * 10", "1e999", "min(1e308 * 10, 3)", "-1e308 * 10", "1e200 * 1e200 * 0"])
+def test_inf_and_nan_are_errors_never_results(expr: str, calc: Calculator) -> None:
+    # issue 24, finding 12: these answered "inf" / "nan"
+    result = calc.run({"expression": expr})
+    assert not result.ok and "overflows a float" in (result.error or ""), result
+    assert "inf" not in result.output and "nan" not in result.output
+
+
+@pytest.mark.parametrize("terms", [41, 100, 240])
+def test_a_long_sum_is_not_nesting(terms: int, calc: Calculator) -> None:
+    # issue 24, finding 12: a 41-term sum was refused as "nested deeper than 40"
+    assert calc.run({"expression": "+".join(["1"] * terms)}).output == str(terms)
+    assert calc.run({"expression": "-".join(["2"] * terms)}).output == str(2 - 2 * (terms - 1))
