@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import tomllib
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from streamgrpo.errors import ConfigError
@@ -135,6 +135,16 @@ class LoopSettings(StrictModel):
         return data
 
 
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home_named(cls, value: Any) -> Any:
+        """An empty home (``STREAMGRPO_HOME=``) is an error, not the current directory (``Path("")`` is ``.``)."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(f"empty (STREAMGRPO_HOME= or [loop] home = \"\"): unset it for the default "
+                             f"{default_home()} or name a directory")
+        return value
+
+
 def shared(name: str) -> Any:
     """A service-model field that mirrors ``LoopSettings.<name>`` (same type bounds, default and doc)."""
     info: FieldInfo = copy.copy(LoopSettings.model_fields[name])
@@ -201,9 +211,15 @@ def _toml_file(path: Path | None) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; pass an existing TOML file to --config")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:  # a binary file
+        raise ConfigError(f"config file {path} is not valid TOML: not UTF-8 text (byte {exc.start})") from exc
+    except RecursionError as exc:  # tables or arrays nested thousands deep
+        raise ConfigError(f"config file {path} is not valid TOML: nested too deep to read") from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from exc
     unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
         raise ConfigError(f"config file {path}: unknown section(s) {', '.join(f'[{u}]' for u in unknown)}; "

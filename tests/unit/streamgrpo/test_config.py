@@ -153,3 +153,24 @@ def test_paths_and_turns_are_one_setting_for_every_service(tmp_path) -> None:
     toml.write_text("[loop]\nmax_staleness = -1\n")
     with pytest.raises(ConfigError, match=r"loop\.max_staleness"):
         config.load(TrainerConfig, "trainer", path=toml, environ={})
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [(bytes(range(256)) * 4, "not UTF-8"),  # issue 24, finding 12: a raw UnicodeDecodeError
+     (b"x = " + b"[" * 5000 + b"]" * 5000, "nested too deep"),  # a raw RecursionError
+     (b"x = " + b"{a = " * 5000 + b"1" + b"}" * 5000, "nested too deep")],
+    ids=["binary", "deep-arrays", "deep-tables"],
+)
+def test_a_binary_or_deeply_nested_toml_is_a_config_error(tmp_path, content: bytes, fragment: str) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(content)
+    with pytest.raises(ConfigError, match=fragment):
+        config.load(KafkaSettings, "kafka", path=bad, environ={})
+
+
+@pytest.mark.parametrize("env", [{"STREAMGRPO_HOME": ""}, {"STREAMGRPO_HOME": "  "}, {"STREAMGRPO_LOOP__HOME": ""}])
+def test_an_empty_home_is_an_error_not_the_current_directory(env: dict[str, str]) -> None:
+    # issue 24, finding 12: STREAMGRPO_HOME= put the store in the current directory
+    with pytest.raises(ConfigError, match="loop.home: .*empty"):
+        config.load(config.LoopSettings, "loop", environ=env)
