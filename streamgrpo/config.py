@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import tomllib
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from streamgrpo.errors import ConfigError
