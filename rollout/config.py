@@ -98,8 +98,18 @@ class RolloutConfig(StrictModel):
     verifier_mode: Literal["rule", "model"] = Field(
         "rule", description="'rule': stop when the planner answers; 'model': the role model judges after tool calls.")
     synthesiser_mode: Literal["passthrough", "model"] = Field(
-        "passthrough", description="'passthrough': the planner's answer (or last tool output); 'model': the role "
-        "model writes it.")
+        "passthrough", description="'passthrough': the planner's answer (empty when it never answered); 'model': "
+        "the role model writes it from the observations.")
+    # -- the answer path (what the trained planner decides; docs/learning.md measures each choice) --------------
+    answer_in_call: Literal["forbid", "ignore", "accept"] = Field(
+        "forbid", description="An answer written in the same object as a tool call (before the tool's result is "
+        "seen): 'forbid' = the planner grammar admits a call XOR an answer (next-step/v2); 'ignore' = admitted, "
+        "but the tool runs and the answer is dropped; 'accept' = it is the final answer (next-step/v1, the "
+        "earlier behaviour).")
+    answer_at_last_turn: bool = Field(
+        True, description="The reply of the last allowed turn (max_turns) is constrained to {\"answer\": ...} "
+        "(recorded in the grammar descriptor so the trainer replays the same masks): the planner always answers "
+        "from what it has seen, and running out of turns never hands a tool output in as its answer.")
     # -- trajectory -------------------------------------------------------------------------------
     tools: ToolsSettings = Field(default_factory=ToolsSettings, description="Tools given to the planner "
                                  "(TOML [rollout.tools]: enabled, corpus path, sandbox limits...).")

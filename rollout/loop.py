@@ -7,6 +7,13 @@ into ONE ``policy.generate`` call (per adapter version and sampling setting; a g
 (2) the executor turns the step into a tool command, (3) the tool runs, (4) the verifier decides
 stop/continue; on stop or at ``max_turns`` (5) the synthesiser writes the final answer.
 
+The answer path (``answer_in_call``, ``answer_at_last_turn``; docs/learning.md measures them): by
+default a reply is a tool call XOR an answer, so an answer is written after the observation it
+depends on; and the reply of the last allowed turn is an answer (grammar-constrained, recorded in the
+grammar descriptor), so a planner that keeps calling tools cannot have a tool output handed in as its
+answer. An answer that comes with a tool call in a free (unconstrained) reply is dropped unless
+``answer_in_call == "accept"``: the tool runs.
+
 Events (through ``sink``), all with envelope ids task/group/rollout(/turn) and DETERMINISTIC ids
 (:func:`streamgrpo.avro.ids.rollout_event_id`) so a redelivered request yields recognisable
 duplicates: one ``PlannerAction`` per planner turn (prompt token ids, action token ids, behaviour
@@ -81,6 +88,20 @@ class LoopContext:
     #: :func:`streamgrpo.rollout.runtime.build_constraint`), or None: free sampling. Its descriptor is
     #: recorded as ``PlannerAction.sampling.constraint`` so the trainer replays the same masks.
     constraint: TokenGrammar | None = None
+    #: An answer in the same object as a tool call: 'forbid' (grammar v2), 'ignore' (the tool runs), 'accept'.
+    answer_in_call: str = "forbid"
+    #: The reply of turn ``max_turns`` must be an answer (constrained where a grammar applies; asked for always).
+    answer_at_last_turn: bool = True
+
+    def grammar_for(self, request: R.RolloutRequest) -> TokenGrammar | None:
+        """The grammar of ``request``'s replies (its answer turn is its ``max_turns``), or None: free sampling."""
+        if self.constraint is None:
+            return None
+        return self.constraint.with_answer_turn(request.max_turns if self.answer_at_last_turn else 0)
+
+    def final_turn(self, request: R.RolloutRequest, turn: int) -> bool:
+        """Whether the reply of ``turn`` must answer."""
+        return self.answer_at_last_turn and turn >= request.max_turns
 
 
 @dataclass(frozen=True)
@@ -175,12 +196,12 @@ def run_groups(
                                                                                                    strict=True)]
 
 
-def _prompt_ids(traj: _Trajectory, ctx: LoopContext, tool_lines: list[str]) -> list[int]:
+def _prompt_ids(traj: _Trajectory, ctx: LoopContext, tool_lines: list[str], final: bool = False) -> list[int]:
     """State prompt token ids; drops the oldest steps until it fits ``max_prompt_tokens``."""
     steps = ctx.history_steps
     while True:
         messages = planner.build_messages(traj.request.question, tool_lines, traj.analysis, traj.history,
-                                          max_steps=steps, clip=ctx.observation_clip)
+                                          max_steps=steps, clip=ctx.observation_clip, final=final)
         ids = ctx.policy.chat_prompt(messages) + _prefix_ids(ctx)
         if len(ids) <= ctx.max_prompt_tokens or steps <= 0:
             return ids
@@ -203,17 +224,19 @@ def effective_prefix(ctx: LoopContext) -> str:
 def _plan_turn(
     active: list[_Trajectory], turn: int, ctx: LoopContext, tool_lines: list[str],
 ) -> list[tuple[_Trajectory, Generation | str]]:
-    """One batched ``generate`` per (adapter, version, sampling) among ``active``; errors as strings."""
-    buckets: dict[tuple[str, int, R.SamplingParams], list[_Trajectory]] = {}
+    """One batched ``generate`` per (adapter, version, sampling, answer turn) among ``active``; errors as strings."""
+    buckets: dict[tuple[str, int, R.SamplingParams, int], list[_Trajectory]] = {}
     for t in active:
-        key = (t.request.adapter_name, t.request.adapter_version, t.request.sampling)
+        key = (t.request.adapter_name, t.request.adapter_version, t.request.sampling, t.request.max_turns)
         buckets.setdefault(key, []).append(t)
     out: list[tuple[_Trajectory, Generation | str]] = []
-    for (name, version, sampling), trajs in buckets.items():
+    for (name, version, sampling, _), trajs in buckets.items():
         try:
-            prompts = [_prompt_ids(t, ctx, tool_lines) for t in trajs]
+            final = ctx.final_turn(trajs[0].request, turn)
+            prompts = [_prompt_ids(t, ctx, tool_lines, final) for t in trajs]
             stop = JsonObjectEnd(effective_prefix(ctx)) if ctx.stop_at_json_end else None
-            extra = {"logits_mask": ctx.constraint.logits_mask(len(prompts))} if ctx.constraint is not None else {}
+            grammar = ctx.grammar_for(trajs[0].request)
+            extra = {"logits_mask": grammar.logits_mask(len(prompts), turn)} if grammar is not None else {}
             gens = ctx.policy.generate(prompts, sampling, adapter_name=name, adapter_version=version, stop=stop,
                                        **extra)
         except MODEL_ERRORS as exc:
@@ -230,7 +253,7 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
     """Parse the planner's action, run the tool, verify; finish the trajectory when it stops."""
     req = traj.request
     traj.served_version = gen.adapter_version
-    parsed = planner.parse(effective_prefix(ctx) + gen.text)
+    parsed = planner.parse(effective_prefix(ctx) + gen.text, answer_in_call=ctx.answer_in_call == "accept")
     step = parsed.value
     sink(R.PlannerAction(
         envelope=traj.envelope(ctx.service, "planner_action", turn), prompt_token_ids=list(gen.prompt_token_ids),
@@ -267,7 +290,8 @@ def _count_action(gen: Generation, status: R.ParseStatus) -> None:
 
 def applied_sampling(req: R.RolloutRequest, ctx: LoopContext) -> R.SamplingParams:
     """The request's sampling parameters with ``constraint`` = the grammar actually applied (None: none)."""
-    constraint = ctx.constraint.descriptor if ctx.constraint is not None else None
+    grammar = ctx.grammar_for(req)
+    constraint = grammar.descriptor if grammar is not None else None
     if req.sampling.constraint == constraint:
         return req.sampling
     return dataclasses.replace(req.sampling, constraint=constraint)

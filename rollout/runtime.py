@@ -165,5 +165,12 @@ def build_constraint(mode: str, ctx: LoopContext) -> TokenGrammar | None:
             raise ValueError(f"[rollout] constrain = 'on': {exc}") from exc
         log.warning("planner replies sampled without a grammar (constrain = 'auto'): %s", exc)
         return None
+    if ctx.answer_at_last_turn:
+        try:
+            compiled.with_answer_turn(1).matcher(turn=1)
+        except ValueError as exc:
+            raise ValueError(f"[rollout] answer_at_last_turn constrains the last reply to an answer, but "
+                             f"response_prefix {ctx.response_prefix!r} cannot start one ({exc}); use a prefix "
+                             f"such as '{{\"' or set answer_at_last_turn = false") from exc
     log.info("planner replies constrained to %s", grammar.descriptor)
     return compiled

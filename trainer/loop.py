@@ -121,7 +121,7 @@ def replay_error(sample: R.TrainingSample, replay: GrammarReplay) -> str | None:
         return None
     try:
         for turn in sample.turns:
-            replay(constraint, turn.action_token_ids)
+            replay(constraint, turn.action_token_ids, turn.turn)
     except ValueError as exc:
         return str(exc)
     return None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from streamgrpo.rollout.roles.types import NextStep, QueryAnalysis, TurnRecord, prompt_hash
+from streamgrpo.rollout.roles.types import NextStep, QueryAnalysis, ToolFirstStep, TurnRecord, prompt_hash
 from streamgrpo.rollout.structured import Parsed, parse_into
 
 SYSTEM_TEMPLATE = """You plan the steps of a tool-using assistant. Reply with ONE JSON object only:
@@ -34,11 +34,15 @@ Result: 42
 Step 2: {{"answer": "42"}}"""
 
 USER_TEMPLATE = """Question: {question}
-{analysis}{history}Reply with the next JSON object."""
+{analysis}{history}{instruction}"""
+
+#: The last line of the user message: on a normal turn, and on the last allowed turn (which must answer).
+NEXT_INSTRUCTION = "Reply with the next JSON object."
+FINAL_INSTRUCTION = "This is the last step: reply with the answer JSON object, using the results above."
 
 STEP_TEMPLATE = "Step {turn}: {action}\nResult: {result}\n"
 
-PROMPT_HASH = prompt_hash(SYSTEM_TEMPLATE, USER_TEMPLATE, STEP_TEMPLATE)
+PROMPT_HASH = prompt_hash(SYSTEM_TEMPLATE, USER_TEMPLATE, STEP_TEMPLATE, NEXT_INSTRUCTION, FINAL_INSTRUCTION)
 
 
 def tool_line(name: str, description: str, example: str | None = None, limit: int = 70) -> str:
@@ -71,8 +75,10 @@ def build_messages(
     *,
     max_steps: int = 3,
     clip: int = 160,
+    final: bool = False,
 ) -> list[dict[str, str]]:
-    """Chat messages of the planner's state: system (format, tools, example) + user (question, steps)."""
+    """Chat messages of the planner's state: system (format, tools, example) + user (question, steps, and
+    the instruction: the next object, or on the ``final`` turn the answer)."""
     system = SYSTEM_TEMPLATE.format(schema=NextStep.SCHEMA, tools="\n".join(tool_lines))
     analysis_text = ""
     if analysis is not None and (analysis.tools or analysis.skills):
@@ -84,10 +90,12 @@ def build_messages(
         analysis_text = "; ".join(parts) + "\n"
     steps = list(history)[-max_steps:] if max_steps > 0 else []
     history_text = "".join(render_step(r, clip) for r in steps)
-    user = USER_TEMPLATE.format(question=question.strip(), analysis=analysis_text, history=history_text)
+    user = USER_TEMPLATE.format(question=question.strip(), analysis=analysis_text, history=history_text,
+                                instruction=FINAL_INSTRUCTION if final else NEXT_INSTRUCTION)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def parse(text: str) -> Parsed[NextStep]:
-    """Parse the planner's output (strict, repaired, or FAILED; never raises)."""
-    return parse_into(text, NextStep)
+def parse(text: str, *, answer_in_call: bool = False) -> Parsed[NextStep]:
+    """Parse the planner's output (strict, repaired, or FAILED; never raises). An object with a tool call AND
+    an answer is the tool call (the answer was written before the tool's result), unless ``answer_in_call``."""
+    return parse_into(text, NextStep if answer_in_call else ToolFirstStep)

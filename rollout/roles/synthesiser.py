@@ -2,8 +2,10 @@
 
 Modes (registry :data:`SYNTHESISERS`):
 
-- ``passthrough`` (default for training on CPU): the planner's answer; when the turn budget ran
-  out without one, the last successful tool output (clipped); else an empty answer;
+- ``passthrough`` (default for training on CPU): the planner's answer, or an empty answer when it
+  never answered. (It used to hand in the last successful tool output when the turn budget ran out; a
+  trained planner learned to exploit that by never answering, so that fallback is gone: with the
+  default ``answer_at_last_turn`` the planner always answers at the last turn);
 - ``model``: a fixed text model writes a one-sentence answer from the question, the notes and the
   planner's draft answer; an empty reply falls back to ``passthrough``.
 
@@ -39,15 +41,9 @@ def planner_answer(history: Sequence[TurnRecord]) -> str | None:
 
 
 def passthrough_answer(history: Sequence[TurnRecord]) -> str:
-    """Planner's answer, else the last successful tool output, else ''."""
+    """The planner's answer, else ''."""
     answer = planner_answer(history)
-    if answer is not None:
-        return answer[:ANSWER_LIMIT]
-    for record in reversed(history):
-        obs = record.observation
-        if obs is not None and obs.error is None and obs.output.strip():
-            return obs.output.strip()[:ANSWER_LIMIT]
-    return ""
+    return answer[:ANSWER_LIMIT] if answer is not None else ""
 
 
 class Synthesiser:
@@ -61,7 +57,7 @@ class Synthesiser:
 
 
 class PassthroughSynthesiser(Synthesiser):
-    """The planner's answer (or the last tool output)."""
+    """The planner's answer (or '' when it never answered)."""
 
 
 @dataclass

@@ -58,6 +58,18 @@ class NextStep:
         raise ValueError(f"tool {tool!r} chosen without an input")
 
 
+class ToolFirstStep(NextStep):
+    """A :class:`NextStep` where an object with a tool call AND an answer is the tool call (the answer,
+    written before the tool's result was seen, is dropped)."""
+
+    @classmethod
+    def from_obj(cls, obj: dict[str, Any]) -> NextStep:
+        tool = obj.get("tool") or obj.get("action") or obj.get("name")
+        if isinstance(tool, str) and tool.strip() and "answer" in obj:
+            obj = {k: v for k, v in obj.items() if k != "answer"}
+        return NextStep.from_obj(obj)
+
+
 @dataclass(frozen=True)
 class ToolCommand:
     """The executor's concrete tool input: ``{"input": "<text>"}``."""

@@ -39,10 +39,12 @@ def byte_level_bpe() -> Any:
 
 
 def test_descriptor_round_trips_and_refuses_other_grammars() -> None:
-    grammar = ActionGrammar(TOOLS, '{"', (2,))
+    grammar = ActionGrammar(TOOLS, '{"', (2,), answer_turn=4)
     assert ActionGrammar.from_descriptor(grammar.descriptor) == grammar
-    assert grammar.descriptor.startswith("next-step/v1?tools=calculator,knowledge_search&")
-    assert ActionGrammar(TOOLS, "", (2,)).digest != grammar.digest  # the prefix is part of the grammar
+    assert grammar.descriptor.startswith("next-step/v2?tools=calculator,knowledge_search&")
+    assert "answer_turn=4" in grammar.descriptor
+    assert ActionGrammar(TOOLS, "", (2,), answer_turn=4).digest != grammar.digest  # the prefix is part of it
+    assert ActionGrammar(TOOLS, '{"', (2,), answer_turn=3).digest != grammar.digest  # so is the answer turn
     body, _, digest = grammar.descriptor.rpartition("@")
     with pytest.raises(ValueError, match="hash"):
         ActionGrammar.from_descriptor(f"{body}@{'0' * 12}")
@@ -50,6 +52,13 @@ def test_descriptor_round_trips_and_refuses_other_grammars() -> None:
         ActionGrammar.from_descriptor("planner-json@ab12")
     with pytest.raises(ValueError, match="malformed"):
         ActionGrammar.from_descriptor(body.replace("eos=2", "eos=x") + "@" + digest)
+
+
+def test_a_v1_descriptor_recorded_before_v2_still_rebuilds_the_same_grammar() -> None:
+    """Archived runs replay: the descriptor (and hash) the v1 code wrote for SmolLM2's three tools."""
+    recorded = "next-step/v1?tools=calculator,python,knowledge_search&prefix=%7B%22&eos=2@5fc4aad5504f"
+    grammar = ActionGrammar.from_descriptor(recorded)
+    assert grammar.answer_in_call and grammar.answer_turn == 0 and grammar.descriptor == recorded
 
 
 def walk(grammar: TokenGrammar, eos: int, rng: random.Random, budget: int = 60) -> tuple[list[int], list[torch.Tensor]]:
@@ -105,13 +114,41 @@ def test_without_tools_only_an_answer_is_allowed() -> None:
     assert [tokenizer.decode([t]) for t in allowed.nonzero().squeeze(-1).tolist()] == ["a"]
 
 
-def test_a_tool_call_may_carry_an_answer_which_the_parser_reads_as_final() -> None:
-    """The base model's usual way of answering (a copy of the prompt's example call plus an answer)."""
+def test_v1_a_tool_call_may_carry_an_answer_which_the_v1_parser_reads_as_final() -> None:
+    """next-step/v1 (answer_in_call 'accept'): the base model's usual way of answering under v1."""
     tokenizer = build_tiny_tokenizer()
-    compiled = TokenGrammar(ActionGrammar(TOOLS, '{"', (2,)), tokenizer, 128)
+    compiled = TokenGrammar(ActionGrammar(TOOLS, '{"', (2,), answer_in_call=True), tokenizer, 128)
     reply = 'tool": "calculator", "input": "6*7", "answer": "42"}'
     compiled.replay(tokenizer.encode(reply, add_special_tokens=False) + [2])
-    parsed = planner.parse('{"' + reply)
+    parsed = planner.parse('{"' + reply, answer_in_call=True)
     assert parsed.value is not None and parsed.value.answer == "42"
+    ignored = planner.parse('{"' + reply)  # 'ignore' / free replies: the tool runs, the early answer is dropped
+    assert ignored.value is not None and ignored.value.tool == "calculator" and not ignored.value.is_final
     with pytest.raises(ValueError, match="not allowed"):  # other keys, or another order, are not
         compiled.replay(tokenizer.encode('tool": "calculator", "answer": "42"}', add_special_tokens=False))
+
+
+def test_v2_a_tool_call_cannot_carry_an_answer() -> None:
+    tokenizer = build_tiny_tokenizer()
+    compiled = TokenGrammar(ActionGrammar(TOOLS, '{"', (2,)), tokenizer, 128)
+    call = tokenizer.encode('tool": "calculator", "input": "6*7"}', add_special_tokens=False) + [2]
+    compiled.replay(call)
+    with pytest.raises(ValueError, match="not allowed"):
+        compiled.replay(tokenizer.encode('tool": "calculator", "input": "6*7", "answer": "42"}',
+                                         add_special_tokens=False))
+
+
+def test_from_the_answer_turn_on_only_an_answer_is_allowed_and_replays_by_turn() -> None:
+    tokenizer = build_tiny_tokenizer()
+    compiled = TokenGrammar(ActionGrammar(TOOLS, '{"', (2,)), tokenizer, 128).with_answer_turn(3)
+    assert compiled.grammar.answer_turn == 3 and "answer_turn=3" in compiled.descriptor
+    first = [tokenizer.decode([t]) for t in compiled.logits_mask(1, turn=2)(0, []).nonzero().squeeze(-1).tolist()]
+    last = [tokenizer.decode([t]) for t in compiled.logits_mask(1, turn=3)(0, []).nonzero().squeeze(-1).tolist()]
+    assert sorted(first) == ["a", "t"] and last == ["a"]
+    call = tokenizer.encode('tool": "calculator", "input": "6*7"}', add_special_tokens=False) + [2]
+    compiled.replay(call, turn=2)
+    with pytest.raises(ValueError, match="not allowed"):
+        compiled.replay(call, turn=3)
+    answer = tokenizer.encode('answer": "42"}', add_special_tokens=False) + [2]
+    assert torch.equal(compiled.replay(answer, turn=3)[0], compiled.replay(answer, turn=4)[0])
+    assert not torch.equal(compiled.replay(answer, turn=3)[0], compiled.replay(answer, turn=2)[0])

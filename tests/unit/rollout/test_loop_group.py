@@ -103,7 +103,7 @@ def test_lockstep_batches_active_trajectories_and_emits_all_events():
     assert by_id["ro-1"].status is R.RolloutStatus.ANSWERED and by_id["ro-1"].turns == 2
     assert by_id["ro-2"].status is R.RolloutStatus.ANSWERED and by_id["ro-2"].turns == 3
     assert by_id["ro-3"].status is R.RolloutStatus.MAX_TURNS
-    assert by_id["ro-3"].final_answer == "4"  # passthrough: last successful tool output
+    assert by_id["ro-3"].final_answer == ""  # never answered: no tool output is handed in as its answer
     assert by_id["ro-3"].tool_calls == {"calculator": 2}
     for i, script in enumerate(scripts):
         rid = f"ro-{i}"

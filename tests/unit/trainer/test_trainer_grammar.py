@@ -58,8 +58,9 @@ def samples_of(actions: list[R.PlannerAction]) -> list[R.TrainingSample]:
         by_rollout.setdefault(str(a.envelope.rollout_id), []).append(a)
     return [R.TrainingSample(
         envelope=R.Envelope.new("test", task_id="t", group_id="g", rollout_id=rid),
-        turns=[R.SampleTurn(turn=i, prompt_token_ids=a.prompt_token_ids, action_token_ids=a.action_token_ids,
-                            behaviour_logprobs=a.behaviour_logprobs) for i, a in enumerate(acts)],
+        turns=[R.SampleTurn(turn=int(a.envelope.turn or 0), prompt_token_ids=a.prompt_token_ids,
+                            action_token_ids=a.action_token_ids, behaviour_logprobs=a.behaviour_logprobs)
+               for a in acts],
         advantage=1.0, reward=1.0, group_mean=0.0, group_std=1.0, group_size=len(by_rollout), estimator="grpo",
         adapter_name="planner", behaviour_version=0, sampling=acts[0].sampling) for rid, acts in by_rollout.items()]
 
@@ -68,8 +69,10 @@ def test_every_constrained_reply_parses_and_records_its_grammar(policy: LocalPol
     """The tiny model writes gibberish: free, nearly nothing parses; constrained, every reply is a valid
     action for the registered tool (or an answer), and its events say which grammar it was sampled under."""
     actions = [e for e in rollouts(policy) if isinstance(e, R.PlannerAction)]
-    grammar = ActionGrammar(("calculator",), '{"', tuple(sorted(policy.eos_ids)))
+    grammar = ActionGrammar(("calculator",), '{"', tuple(sorted(policy.eos_ids)), answer_turn=2)  # = max_turns
     assert actions and all(a.sampling.constraint == grammar.descriptor for a in actions)
+    last = [a for a in actions if a.envelope.turn == 2]
+    assert last and all(planner.parse('{"' + a.action_text).value.is_final for a in last if a.action_text.endswith("}"))
     for a in actions:  # a reply cut by max_new_tokens inside its string is completed by the repair
         parsed = planner.parse('{"' + a.action_text)
         closed = a.action_text.endswith("}")
