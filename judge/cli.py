@@ -144,8 +144,8 @@ async def _serve(kafka: KafkaSettings, settings: JudgeSettings, max_idle_s: floa
 
 
 @judge.command("score")
-@click.option("--judge", "judge_name", default="hybrid", show_default=True,
-              help="Judge: math, qa, llm, group_relative, hybrid.")
+@click.option("--judge", "judge_name", default="correct", show_default=True,
+              help="Judge: correct (the default reward: correctness only), math, qa, llm, group_relative, hybrid.")
 @click.option("--question", default="", help="The question (read by the llm judges).")
 @click.option("--answer", required=True, help="The answer to judge.")
 @click.option("--truth", "truths", multiple=True, help="A ground truth (repeatable).")

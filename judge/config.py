@@ -89,10 +89,13 @@ class JudgeSettings(StrictModel):
     """The judge service: routing of task sources to judges, the judges, the cache and the consumer."""
 
     routes: dict[str, str] = Field(
-        default={"builtin": "hybrid", "deepmath": "math", "gsm8k": "math", "math": "math", "nq": "qa", "hotpotqa": "qa"},
-        description="Task source -> judge name (math, qa, llm, group_relative, hybrid).",
+        default={"builtin": "correct", "deepmath": "math", "gsm8k": "math", "math": "math", "nq": "qa",
+                 "hotpotqa": "qa"},
+        description="Task source -> judge name (correct, math, qa, llm, group_relative, hybrid). 'correct' (the "
+        "default for built-in tasks and unknown sources) pays correctness only: no credit that can be earned "
+        "without the right answer (judge/scorers/correct.py).",
     )
-    default_judge: str = Field(default="hybrid", description="Judge for sources not in `routes`.")
+    default_judge: str = Field(default="correct", description="Judge for sources not in `routes`.")
     math: MathSettings = Field(default_factory=lambda: MathSettings(), description="Math judge.")
     qa: QASettings = Field(default_factory=lambda: QASettings(), description="QA judge.")
     llm: LLMSettings = Field(default_factory=lambda: LLMSettings(), description="LLM endpoint of llm/group_relative.")

@@ -26,6 +26,12 @@ def _qa(s: JudgeSettings) -> Scorer:
     return QAScorer(s.qa)
 
 
+def _correct(s: JudgeSettings) -> Scorer:
+    from streamgrpo.judge.scorers.correct import CorrectScorer
+
+    return CorrectScorer(s.math, s.qa)
+
+
 def _hybrid(s: JudgeSettings) -> Scorer:
     from streamgrpo.judge.scorers.hybrid import HybridScorer
 
@@ -46,6 +52,7 @@ def _group_relative(s: JudgeSettings) -> Scorer:
 
 #: judge name -> factory(settings) -> Scorer
 SCORERS: dict[str, Callable[[JudgeSettings], Scorer]] = {
+    "correct": _correct,
     "math": _math,
     "qa": _qa,
     "hybrid": _hybrid,

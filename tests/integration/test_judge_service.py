@@ -97,8 +97,8 @@ def test_judge_service_end_to_end(kafka_ns: KafkaSettings) -> None:
     assert set(ok) == {"r1", "r2", "r3", "r4", "r8", "r9"}
     assert (ok["r1"].score, ok["r2"].score, ok["r3"].score, ok["r8"].score) == (1.0, 0.0, 1.0, 1.0)
     assert ok["r1"].judge == R.JudgeInfo("math", build_scorer("math").rubric_hash, None)
-    assert ok["r3"].judge.name == "qa" and ok["r9"].judge.name == "hybrid"
-    assert ok["r9"].score == pytest.approx(1.1)  # correct (math: "12 eggs") + full format
+    assert ok["r3"].judge.name == "qa" and ok["r9"].judge.name == "correct"
+    assert ok["r9"].score == 1.0  # correct (math: "12 eggs"), and nothing but correctness
     assert (ok["r3"].cached, ok["r4"].cached) == (False, True) and ok["r4"].score == 1.0
 
     errors = {rid: rw for rid, rw in by_rid.items() if rw.status == R.RewardStatus.ERROR}

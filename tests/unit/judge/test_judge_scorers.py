@@ -14,7 +14,7 @@ from streamgrpo.judge.scorers.verdict import load_json, parse_group_scores, pars
 
 
 def test_registry_builds_every_judge() -> None:
-    assert set(SCORERS) == {"math", "qa", "hybrid", "llm", "group_relative"}
+    assert set(SCORERS) == {"correct", "math", "qa", "hybrid", "llm", "group_relative"}
     for name in SCORERS:
         scorer = build_scorer(name, JudgeSettings())
         assert scorer.name == name and len(scorer.rubric_hash) == 64
