@@ -94,13 +94,16 @@ def sync_command(ctx: click.Context, archive: Path, bootstrap: str | None, prefi
               help="CPU threads for training (pinned: bitwise repeatable only with the same count).")
 @click.option("--seed", type=int, default=None, help="Torch seed (default: [trainer] seed).")
 @click.option("--max-steps", type=click.IntRange(1), default=None, help="Stop after this many optimizer steps.")
+@click.option("--objective", type=click.Choice(["grpo", "gspo", "raft"]), default=None,
+              help="Trainer objective (default: [trainer] loss). raft = rejection-sampling fine-tuning on the range's "
+              "rollouts with a positive advantage (the policy's own successes), e.g. to warm-start a lineage.")
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @click.option("--topic-prefix", "prefix", default=None, help="Topic prefix of the source run (default: [kafka] topic_prefix).")
 @click.pass_context
 def train_command(ctx: click.Context, run_name: str, lower: str | None, upper: str | None, archive: Path | None,
                   source_adapter: str | None, adapter_name: str | None, namespace: str | None, judge: str | None,
-                  threads: int, seed: int | None, max_steps: int | None, bootstrap: str | None,
-                  prefix: str | None) -> None:
+                  threads: int, seed: int | None, max_steps: int | None, objective: str | None,
+                  bootstrap: str | None, prefix: str | None) -> None:
     """Train a fresh adapter lineage on a range of TrainingSamples, without touching the live run.
 
     The range: --from/--to (offsets per partition, times, or adapter versions' lineage; none: everything).
@@ -121,7 +124,7 @@ def train_command(ctx: click.Context, run_name: str, lower: str | None, upper: s
     bounds = [parse_bound(b) if b else None for b in (lower, upper)]
     lineage = published(history, source) if any(isinstance(b, VersionBound) for b in bounds) else []
     rng = resolve(bounds[0], bounds[1], lineage)
-    cfg = load(TrainerConfig, "trainer", path=path, overrides={"seed": seed, "max_steps": max_steps})
+    cfg = load(TrainerConfig, "trainer", path=path, overrides={"seed": seed, "max_steps": max_steps, "loss": objective})
     plan = ReplayPlan(run_name, source, history, rng, adapter_name, namespace, judge, threads)
     result = replay_train(plan, cfg, kafka, load(JudgeSettings, "judge", path=path) if judge else None,
                           echo=click.echo)

@@ -39,7 +39,11 @@ class TrainerConfig(StrictModel):
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scaling = alpha / r).")
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     lora_target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1, description="Module names that get LoRA adapters.")
-    loss: str = Field("grpo", description="Policy loss: grpo (token-level PPO-clip) or gspo (sequence-level ratio).")
+    loss: str = Field("grpo", description="Objective: grpo (token-level PPO-clip), gspo (sequence-level ratio) or "
+                      "raft (maximum likelihood of the rollouts with a positive advantage: rejection-sampling "
+                      "fine-tuning on the policy's own successes, e.g. as a warm start).")
+    raft_coef: float = Field(0.0, ge=0.0, le=10.0, description="Weight of a RAFT term (see `loss`) added to every "
+                             "grpo/gspo step; 0 = off.")
     normalisation: str = Field("rollout_mean", description="Token aggregation inside a rollout: rollout_mean (mean over its tokens) or dr_grpo (sum / max_tokens). Rollouts are then averaged.")
     max_tokens: int = Field(512, ge=1, description="Dr.GRPO normalisation constant (tokens per rollout); used only with normalisation = dr_grpo.")
     eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Importance ratio clipped below at 1 - eps_low.")
@@ -92,7 +96,8 @@ class TrainerConfig(StrictModel):
         from streamgrpo.trainer.losses import LossConfig
 
         return LossConfig(eps_low=self.eps_low, eps_high=self.eps_high, kl_coef=self.kl_coef,
-                          kl_estimator=self.kl_estimator, correction=self.correction, tis_cap=self.tis_cap)
+                          kl_estimator=self.kl_estimator, correction=self.correction, tis_cap=self.tis_cap,
+                          raft_coef=self.raft_coef)
 
     def model_spec(self) -> ModelSpec:
         from streamgrpo.trainer.model import ModelSpec

@@ -10,13 +10,14 @@ Adding a loss adds a module and one line in :data:`LOSSES`.
 
 from __future__ import annotations
 
-from streamgrpo.trainer.losses import grpo, gspo
+from streamgrpo.trainer.losses import grpo, gspo, raft
 from streamgrpo.trainer.losses.base import LossConfig, LossFn, LossInputs, LossOutput
 
 #: loss name -> pure loss function.
 LOSSES: dict[str, LossFn] = {
     "grpo": grpo.loss,
     "gspo": gspo.loss,
+    "raft": raft.loss,
 }
 
 

@@ -27,6 +27,9 @@ class LossConfig:
     kl_estimator: str = "k3"  #: "k1", "k2" or "k3" (see :mod:`~streamgrpo.trainer.losses.kl`)
     correction: str = "tis"  #: "tis" or "behaviour" (see :mod:`~streamgrpo.trainer.losses.correction`)
     tis_cap: float = 2.0  #: C: importance weights above it are truncated to it (``tis`` only)
+    #: weight of the RAFT term (``losses.raft``: maximum likelihood of the rollouts with a positive advantage)
+    #: added to every step of a policy-gradient loss; 0 disables it
+    raft_coef: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class LossInputs:
 class LossOutput:
     """Result of a loss call. ``loss`` is differentiable; the rest are detached statistics.
 
-    loss:        ()  pg_loss + kl_coef * kl (weighted sums; add them over micro-batches)
+    loss:        ()  pg_loss + kl_coef * kl + raft_coef * raft (weighted sums; add them over micro-batches)
     pg_loss:     ()  policy-gradient part
     kl:          ()  weighted KL estimate (0 when no reference is given)
     clipped:     ()  number of action tokens whose clipped branch is active (no gradient from them)
@@ -91,6 +94,15 @@ def kl_term(inputs: LossInputs, cfg: LossConfig) -> Tensor:
     return (per_token * inputs.token_weights * inputs.action_mask).sum()
 
 
+def raft_term(inputs: LossInputs) -> Tensor:
+    """RAFT / rejection-sampling fine-tuning: the weighted negative log-likelihood of the action tokens of
+    rows whose rollout has a positive advantage (with a correctness reward: the correct rollouts of a group
+    that also had wrong ones). Shape (); the weights are the batch's token weights, so the term is an additive
+    share over micro-batches like every other."""
+    chosen = inputs.action_mask & (inputs.advantages > 0).unsqueeze(1)  # (B, T)
+    return -(inputs.logp * inputs.token_weights * chosen).sum()
+
+
 def old_and_weight(inputs: LossInputs, cfg: LossConfig) -> tuple[Tensor, Tensor]:
     """(B, T) each: the log-probs the ratio is taken against, and the UNCAPPED log importance weight
     (``losses.correction``; each loss caps it at token or sequence level)."""
@@ -111,8 +123,11 @@ def finish(pg_loss: Tensor, kl: Tensor, clipped: Tensor, inputs: LossInputs, cfg
            weights: Tensor, truncated: Tensor) -> LossOutput:
     """Combine the parts into a :class:`LossOutput` (``weights``/``truncated``: per action token, (B, T))."""
     mask = inputs.action_mask
+    loss = pg_loss + cfg.kl_coef * kl
+    if cfg.raft_coef:
+        loss = loss + cfg.raft_coef * raft_term(inputs)
     return LossOutput(
-        loss=pg_loss + cfg.kl_coef * kl,
+        loss=loss,
         pg_loss=pg_loss.detach(),
         kl=kl.detach(),
         clipped=clipped.detach().to(torch.float32),

@@ -166,3 +166,25 @@ def test_behaviour_correction_has_unit_weights():
 def test_unknown_correction_is_rejected():
     with pytest.raises(KeyError, match="tis"):
         build_loss("grpo")(_inputs([[0.0]], [[0.0]], [1.0]), LossConfig(correction="vtrace"))
+
+
+def test_raft_is_the_likelihood_of_positive_advantage_rows_only():
+    """Rows: a correct rollout (A > 0), a wrong one (A < 0), a zero-advantage one; weights per rollout mean."""
+    inp = _inputs([[-0.5, -1.5], [-2.0, -0.1], [-0.3, -0.3]], [[0.0, 0.0]] * 3, [1.2, -0.8, 0.0])
+    out = build_loss("raft")(inp, LossConfig(kl_coef=0.0))
+    assert out.loss.item() == pytest.approx((0.5 + 1.5) / 2 / 3, rel=1e-6)  # token mean, then mean over 3 rollouts
+    assert out.clipped.item() == 0 and out.is_weight.item() == out.tokens.item() == 6
+    out.loss.backward()
+    grad = inp.logp.grad
+    assert torch.allclose(grad[0], torch.full((2,), -1 / 6))  # raises the likelihood of the correct rollout
+    assert torch.count_nonzero(grad[1:]) == 0  # wrong and zero-advantage rollouts: no gradient at all
+
+
+def test_raft_coef_mixes_the_raft_term_into_a_policy_gradient_step():
+    args = ([[-0.5, -1.5], [-2.0, -0.1]], [[-0.5, -1.5], [-2.0, -0.1]], [1.0, -1.0])
+    plain = build_loss("grpo")(_inputs(*args), LossConfig(**BEHAVIOUR))
+    mixed = build_loss("grpo")(_inputs(*args), LossConfig(raft_coef=0.5, **BEHAVIOUR))
+    raft = build_loss("raft")(_inputs(*args), LossConfig(raft_coef=0.5))  # alone: the coefficient is not applied
+    assert raft.loss.item() == pytest.approx((0.5 + 1.5) / 2 / 2, rel=1e-6)
+    assert mixed.loss.item() == pytest.approx(plain.loss.item() + 0.5 * raft.loss.item(), rel=1e-6)
+    assert mixed.pg_loss.item() == pytest.approx(plain.pg_loss.item())
