@@ -2,12 +2,14 @@
 
     python bench/grpo_inprocess.py --steps 30 --lr 3e-4 --temperature 0.7 --out runs.jsonl --tag my-try
 
-Rollouts (LocalPolicy, the agent loop) on the built-in TRAIN split -> judge (the hybrid judge; its format
-weight is --format-weight) -> GRPO advantage window -> TrainingSamples -> one trainer step -> the adapter
-saved and loaded into the policy as the next version (what the services do through the store and
-adapter-events, without Kafka). Held-out accuracy (`streamgrpo eval`'s runner, greedy, correctness only)
-every --eval-every steps on the first --eval-limit held-out tasks. One JSON line per step / evaluation to
-stdout and --out. Used for the experiments in docs/learning.md; figures depend on the machine's load.
+Rollouts (LocalPolicy, the agent loop with the rollout settings' answer path) on the built-in TRAIN split
+-> judge (--judge, default the product's default reward `correct`; `hybrid` with --format-weight) -> GRPO
+advantage window -> TrainingSamples -> one trainer step (--loss, --raft-coef; the grammar replayed as the
+trainer does) -> the adapter saved and loaded into the policy as the next version (what the services do
+through the store and adapter-events, without Kafka). Held-out accuracy (`streamgrpo eval`'s runner, greedy,
+correctness only) every --eval-every steps on the first --eval-limit held-out tasks, with the paired
+difference to step 0 and its 95 % CI. One JSON line per step / evaluation to stdout and --out. Used for the
+screens in docs/learning.md; accuracies do not depend on the machine's load, wall times do.
 """
 from __future__ import annotations
 
@@ -42,11 +44,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="grpo_inprocess.jsonl")
     ap.add_argument("--tag", default="")
-    ap.add_argument("--format-weight", type=float, default=0.1)
+    ap.add_argument("--judge", default="correct", help="reward: correct (the default) or hybrid")
+    ap.add_argument("--format-weight", type=float, default=0.1, help="hybrid only")
+    ap.add_argument("--loss", default="grpo", help="trainer objective: grpo, gspo or raft")
+    ap.add_argument("--raft-coef", type=float, default=0.0, help="RAFT term mixed into each step")
+    ap.add_argument("--estimator", default="grpo", help="advantage estimator: grpo, dr_grpo, rloo")
+    ap.add_argument("--answer-in-call", default="forbid", choices=["forbid", "ignore", "accept"])
+    ap.add_argument("--no-answer-at-last-turn", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     from streamgrpo.avro import records as R
+    from streamgrpo.evaluation.core import paired_difference
     from streamgrpo.evaluation.judging import CorrectnessJudge
     from streamgrpo.evaluation.runner import EvalSpec, evaluate
     from streamgrpo.judge.config import JudgeSettings
@@ -68,21 +77,28 @@ def main() -> None:
 
     model = load_policy(ModelSpec(lora_rank=a.rank, lora_alpha=a.alpha, lora_dropout=0.0,
                                   target_modules=tuple(a.targets.split(",")), device="cpu"))
-    cfg = RolloutConfig(policy="local", tools=ToolsSettings(enabled=a.tools.split(",")), keep_resident=2)
+    cfg = RolloutConfig(policy="local", tools=ToolsSettings(enabled=a.tools.split(",")), keep_resident=2,
+                        answer_in_call=a.answer_in_call, answer_at_last_turn=not a.no_answer_at_last_turn)
     policy = build_policy(cfg)
     ctx = build_context(cfg, policy)
     js = JudgeSettings()
-    js = js.model_copy(update={"hybrid": js.hybrid.model_copy(update={"format_weight": a.format_weight})})
+    js = js.model_copy(update={"hybrid": js.hybrid.model_copy(update={"format_weight": a.format_weight}),
+                               "routes": {**js.routes, "builtin": a.judge}})
     router = Router(js)
     judge = CorrectnessJudge(JudgeSettings())
     opt = build_optimizer(model, a.lr)
-    step_cfg = StepConfig(loss=build_loss("grpo"), loss_config=LossConfig(eps_low=0.2, eps_high=0.28), max_grad_norm=1.0)
+    step_cfg = StepConfig(loss=build_loss(a.loss), loss_config=LossConfig(eps_low=0.2, eps_high=0.28,
+                                                                          raft_coef=a.raft_coef), max_grad_norm=1.0)
+    from streamgrpo.models.grammar import GrammarReplay
+
+    replay = GrammarReplay(policy.tokenizer, int(policy.vocab_size))
     kinds = set(a.kinds.split(",")) if a.kinds else None
     train = [r for r in train_tasks() if not kinds or r.metadata["kind"] in kinds]
     held = [r for r in heldout_tasks() if not kinds or r.metadata["kind"] in kinds][: a.eval_limit]
     espec = EvalSpec(task_set="builtin:heldout", max_new_tokens=a.max_new_tokens, max_turns=a.max_turns, batch_size=32)
     fan = FanoutPolicy("planner", a.max_turns, R.SamplingParams(a.temperature, 1.0, a.max_new_tokens), 1 << 30, 1 << 30, 1)
-    wpol = W.WindowPolicy("grpo", build_estimator("grpo"), timeout_s=1e9, partial_policy="drop", min_group_size=2)
+    wpol = W.WindowPolicy(a.estimator, build_estimator(a.estimator), timeout_s=1e9, partial_policy="drop",
+                          min_group_size=2)
     out = open(a.out, "a")
     store = Path(tempfile.mkdtemp(prefix="learn-store-"))
     version = 0
@@ -93,14 +109,19 @@ def main() -> None:
         out.flush()
         print(json.dumps(rec), flush=True)
 
+    first = []
+
     def do_eval(step, t0):
         run = evaluate(ctx, held, espec, judge, adapter_name="planner", version=version)
         s = run.summary
+        first.extend([] if first else run.outcomes)
+        diff = paired_difference(first, run.outcomes)
         log({"kind": "eval", "step": step, "version": version, "wall": round(time.monotonic() - t0, 1),
              "acc": round(s.accuracy, 4), "ci": [round(s.ci_low, 3), round(s.ci_high, 3)],
              "answered": round(s.answered_rate, 3), "parse_fail": round(s.parse_failure_rate, 3),
              "tools": round(s.tool_calls_per_task, 2), "turns": round(s.mean_turns, 2),
-             "per_kind": {k: round(v, 3) for k, v in s.per_kind.items()}, "eval_s": round(run.seconds, 1)})
+             "per_kind": {k: round(v, 3) for k, v in s.per_kind.items()}, "eval_s": round(run.seconds, 1),
+             "diff_vs_step0": [round(diff.mean, 4), round(diff.ci_low, 4), round(diff.ci_high, 4)]})
 
     t0 = time.monotonic()
     do_eval(0, t0)
@@ -140,7 +161,7 @@ def main() -> None:
         metrics = {}
         if samples:
             batch = build_batch(samples, max_seq_len=2048, normalisation="rollout_mean", max_tokens=512,
-                                pad_id=policy.pad_id, temperature=a.temperature)
+                                pad_id=policy.pad_id, temperature=a.temperature, replay=replay)
             metrics = optimizer_step(model, opt, None, micro_batches(batch, 4096, True), step_cfg)
             version += 1
             path = store / f"v{version}"

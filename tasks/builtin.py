@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TypeVar
@@ -498,14 +498,20 @@ def _heldout_entity_tasks() -> list[TaskRow]:
 def _heldout_tasks() -> tuple[TaskRow, ...]:
     """Held-out arithmetic (new phrasings, new numbers) + tasks about the held-out entities (new numbers),
     interleaved kind by kind, so that the first N of them (the evaluator's fixed sample) mix every kind."""
+    return _interleave(_heldout_arithmetic() + _heldout_entity_tasks())
+
+
+def _interleave(rows: Sequence[TaskRow]) -> tuple[TaskRow, ...]:
+    """``rows`` reordered kind by kind (one of each kind in turn, each kind's own order kept), so that any
+    prefix mixes every kind."""
     by_kind: dict[str, list[TaskRow]] = {}
-    for row in _heldout_arithmetic() + _heldout_entity_tasks():
+    for row in rows:
         by_kind.setdefault(row.metadata["kind"], []).append(row)
     order: list[TaskRow] = []
     while any(by_kind.values()):
-        for rows in by_kind.values():
-            if rows:
-                order.append(rows.pop(0))
+        for queue in by_kind.values():
+            if queue:
+                order.append(queue.pop(0))
     return tuple(order)
 
 
@@ -518,8 +524,9 @@ def builtin_tasks() -> list[TaskRow]:
 
 
 def train_tasks() -> list[TaskRow]:
-    """The training split (see the split rule above); fresh copies."""
-    return _copies(tuple(replace(r, metadata={**r.metadata, "split": "train"}) for r in _train_tasks()))
+    """The training split (see the split rule above), interleaved kind by kind so that a run that reaches only
+    part of it trains on every kind, not on arithmetic first and lookups after; fresh copies."""
+    return _copies(_interleave(tuple(replace(r, metadata={**r.metadata, "split": "train"}) for r in _train_tasks())))
 
 
 def heldout_tasks() -> list[TaskRow]:
