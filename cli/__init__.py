@@ -100,6 +100,9 @@ def cli(ctx: click.Context, config_path: str | None, log_level: str) -> None:
     from streamgrpo.log import setup_logging
 
     setup_logging(log_level)
+    from streamgrpo import metrics
+
+    metrics.use_config(config_path)  # a service's /status reports the loop (run id, prefix) of these settings
     # first liveness beat before any slow start-up (model load): a service that hangs there goes stale too
     Heartbeat.configured().beat()
     ctx.ensure_object(dict)

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import click
@@ -31,6 +32,7 @@ import click
 from streamgrpo import config
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings, LoopSettings
+from streamgrpo.errors import ConfigError
 from streamgrpo.models.adapter_state import adapter_state
 from streamgrpo.models.registry import AdapterRegistry, Line, RegistryState, ancestors, apply, status
 from streamgrpo.models.stats import Stats
@@ -61,23 +63,40 @@ class View:
         return sorted({0, *self.line.announced})
 
 
-def load_view(kafka: KafkaSettings, adapter: str, canary_share: float) -> View:
+#: A topic's events in log order: from the broker (:func:`kafka_events`) or a run's archive (:func:`archive_events`).
+EventSource = Callable[[str], Iterable[R.Event]]
+
+
+def kafka_events(kafka: KafkaSettings) -> EventSource:
     from streamgrpo.topics.follow import read_topic
 
+    return lambda topic: (rec.event for rec in read_topic(kafka, topic) if rec.event is not None)
+
+
+def archive_events(root: Path) -> EventSource:
+    """Events of a run's Parquet archive (``<run dir>/archive``), per topic in (partition, offset) order."""
+    from streamgrpo.archive.store import read_events
+
+    return lambda topic: (event for event, _ in read_events(root, topic))
+
+
+def load_view(kafka: KafkaSettings, adapter: str, canary_share: float) -> View:
+    return view_from(kafka_events(kafka), adapter, canary_share)
+
+
+def view_from(events: EventSource, adapter: str, canary_share: float) -> View:
     registry = AdapterRegistry(canary_share)
-    for rec in read_topic(kafka, "adapter-events"):
-        if rec.event is not None:
-            registry.apply(rec.event)
+    for event in events("adapter-events"):
+        registry.apply(event)
     states: dict[int, R.AdapterState] = {}
-    for rec in read_topic(kafka, "adapter-registry"):  # log order: the last state of a version is its newest
-        if isinstance(rec.event, R.AdapterState) and rec.event.adapter_name == adapter:
-            states[rec.event.version] = rec.event
+    for event in events("adapter-registry"):  # log order: the last state of a version is its newest
+        if isinstance(event, R.AdapterState) and event.adapter_name == adapter:
+            states[event.version] = event
     stats = Stats()
     if not states:  # no controller published yet: compute the figures from the topics
         for topic in ("rewards", "evaluations"):
-            for rec in read_topic(kafka, topic):
-                if rec.event is not None:
-                    stats.apply(rec.event)
+            for event in events(topic):
+                stats.apply(event)
     return View(adapter, registry.line(adapter), states, stats)
 
 
@@ -149,19 +168,43 @@ SHOWN_METRICS = ("canary_groups", "control_groups", "canary_success", "control_s
 
 
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--run", "run_id", default=None, metavar="ID",
+                     help="A `streamgrpo run` (default: the latest live one when no Kafka is configured); after "
+                          "it finished, list/show read its event archive.")(f)
     f = click.option("--bootstrap", default=None, help="Kafka bootstrap host:port (default: [kafka] settings / the "
-                     "embedded broker).")(f)
+                     "latest live `streamgrpo run` / the embedded broker).")(f)
     f = click.option("--topic-prefix", default=None, help="Topic prefix ([kafka] topic_prefix).")(f)
     return click.option("--adapter", default=None, help="Adapter name (default: [loop] adapter_name).")(f)
 
 
-def _context(ctx: click.Context, bootstrap: str | None, topic_prefix: str | None,
-             adapter: str | None) -> tuple[KafkaSettings, str, float]:
+@dataclass(frozen=True)
+class Where:
+    """What an adapters command reads: the broker of a loop, or the archive of a finished run."""
+
+    kafka: KafkaSettings
+    adapter: str
+    canary_share: float
+    archive: Path | None = None  # a finished run's archive: read it instead of Kafka
+
+    def view(self) -> View:
+        source = archive_events(self.archive) if self.archive else kafka_events(self.kafka)
+        return view_from(source, self.adapter, self.canary_share)
+
+
+def _context(ctx: click.Context, bootstrap: str | None, topic_prefix: str | None, adapter: str | None,
+             run_id: str | None = None) -> Where:
+    from streamgrpo.config import BrokerSettings
+    from streamgrpo.runs import locate
+
     path = (ctx.obj or {}).get("config_path")
     kafka = config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap,
                                                                       "topic_prefix": topic_prefix})
     loop = config.load(LoopSettings, "loop", path=path)
-    return kafka, adapter or loop.adapter_name, loop.canary_share
+    kafka, run = locate(kafka, config.load(BrokerSettings, "broker", path=path).home, run_id)
+    archive = run.archive if run is not None and not run.live() else None
+    if archive is not None and not archive.is_dir():
+        raise ConfigError(f"run {run_id} has finished and left no event archive at {archive}")
+    return Where(kafka, adapter or loop.adapter_name, loop.canary_share, archive)
 
 
 @click.group()
@@ -184,16 +227,18 @@ def adapters() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per version (the AdapterState fields).")
 @click.pass_context
 def list_command(ctx: click.Context, bootstrap: str | None, topic_prefix: str | None, adapter: str | None,
-                 as_json: bool) -> None:
+                 run_id: str | None, as_json: bool) -> None:
     """Every version with its status, parent, judge reward, success, held-out accuracy, samples trained and age."""
-    kafka, name, share = _context(ctx, bootstrap, topic_prefix, adapter)
-    view, now = load_view(kafka, name, share), datetime.now(timezone.utc)
+    where = _context(ctx, bootstrap, topic_prefix, adapter, run_id)
+    view, now = where.view(), datetime.now(timezone.utc)
     states = [view.state(v, now) for v in view.versions]
     if as_json:
         for s in states:
             click.echo(json.dumps(s.to_avro(), default=str))
         return
     click.echo(render_table([row(s, now) for s in states]))
+    if where.archive is not None:
+        click.echo(f"(run {run_id} has finished: read from its archive {where.archive})")
     if not view.states:
         click.echo("(figures computed from rewards/evaluations: no AdapterState on adapter-registry yet; the A/B "
                    "agent of `streamgrpo streams` publishes them)")
@@ -205,12 +250,12 @@ def list_command(ctx: click.Context, bootstrap: str | None, topic_prefix: str | 
 @click.option("--json", "as_json", is_flag=True, help="The state and the decision history as JSON.")
 @click.pass_context
 def show_command(ctx: click.Context, version: int, bootstrap: str | None, topic_prefix: str | None,
-                 adapter: str | None, as_json: bool) -> None:
+                 adapter: str | None, run_id: str | None, as_json: bool) -> None:
     """Lineage (topic-partition offset ranges and counts), figures and the decision history of VERSION."""
     from streamgrpo.models.errors import AdapterActionError
 
-    kafka, name, share = _context(ctx, bootstrap, topic_prefix, adapter)
-    view, now = load_view(kafka, name, share), datetime.now(timezone.utc)
+    where = _context(ctx, bootstrap, topic_prefix, adapter, run_id)
+    view, now, name = where.view(), datetime.now(timezone.utc), where.adapter
     if version and version not in view.line.announced:
         raise AdapterActionError(f"{name} v{version} was never published; see `streamgrpo adapters list`")
     if as_json:
@@ -222,11 +267,14 @@ def show_command(ctx: click.Context, version: int, bootstrap: str | None, topic_
 
 
 def _act(ctx: click.Context, bootstrap: str | None, topic_prefix: str | None, adapter: str | None,
-         build: Callable[[Line, str], R.Event]) -> None:
+         run_id: str | None, build: Callable[[Line, str], R.Event]) -> None:
     """Check the action against the current lifecycle, write its one event, say what changed."""
     from streamgrpo.topics.producer import EventProducer
 
-    kafka, name, share = _context(ctx, bootstrap, topic_prefix, adapter)
+    where = _context(ctx, bootstrap, topic_prefix, adapter, run_id)
+    if where.archive is not None:
+        raise ConfigError(f"run {run_id} has finished: there is no loop to act on (its archive is read-only)")
+    kafka, name, share = where.kafka, where.adapter, where.canary_share
     view = load_view(kafka, name, share)
     event = build(view.line, name)  # raises AdapterActionError: nothing written
     with EventProducer(kafka, "adapters-cli") as producer:
@@ -250,11 +298,11 @@ def _by_reason(f: Callable[..., Any]) -> Callable[..., Any]:
 @_by_reason
 @click.pass_context
 def promote_command(ctx: click.Context, version: int, bootstrap: str | None, topic_prefix: str | None,
-                    adapter: str | None, by: str, reason: str) -> None:
+                    adapter: str | None, run_id: str | None, by: str, reason: str) -> None:
     """Make VERSION the primary now (no A/B verdict needed)."""
     from streamgrpo.models import actions
 
-    _act(ctx, bootstrap, topic_prefix, adapter, lambda line, name: actions.promote(line, name, version, by, reason))
+    _act(ctx, bootstrap, topic_prefix, adapter, run_id, lambda line, name: actions.promote(line, name, version, by, reason))
 
 
 @adapters.command("rollback")
@@ -266,12 +314,13 @@ def promote_command(ctx: click.Context, version: int, bootstrap: str | None, top
 @_by_reason
 @click.pass_context
 def rollback_command(ctx: click.Context, version: int | None, to: int | None, bootstrap: str | None,
-                     topic_prefix: str | None, adapter: str | None, by: str, reason: str) -> None:
+                     topic_prefix: str | None, adapter: str | None, run_id: str | None, by: str,
+                     reason: str) -> None:
     """Roll back VERSION (default: the canary, else the primary): it and every version above the restored one
     serve no new group, and the trainer continues from the restored version."""
     from streamgrpo.models import actions
 
-    _act(ctx, bootstrap, topic_prefix, adapter,
+    _act(ctx, bootstrap, topic_prefix, adapter, run_id,
          lambda line, name: actions.rollback(line, name, version, to, by, reason))
 
 
@@ -281,11 +330,11 @@ def rollback_command(ctx: click.Context, version: int | None, to: int | None, bo
 @_by_reason
 @click.pass_context
 def approve_command(ctx: click.Context, version: int, bootstrap: str | None, topic_prefix: str | None,
-                    adapter: str | None, by: str, reason: str) -> None:
+                    adapter: str | None, run_id: str | None, by: str, reason: str) -> None:
     """Approve VERSION, AWAITING_APPROVAL after the A/B verdict: it becomes the primary."""
     from streamgrpo.models import actions
 
-    _act(ctx, bootstrap, topic_prefix, adapter, lambda line, name: actions.approve(line, name, version, by, reason))
+    _act(ctx, bootstrap, topic_prefix, adapter, run_id, lambda line, name: actions.approve(line, name, version, by, reason))
 
 
 @adapters.command("reject")
@@ -294,10 +343,10 @@ def approve_command(ctx: click.Context, version: int, bootstrap: str | None, top
 @_by_reason
 @click.pass_context
 def reject_command(ctx: click.Context, version: int, bootstrap: str | None, topic_prefix: str | None,
-                   adapter: str | None, by: str, reason: str) -> None:
+                   adapter: str | None, run_id: str | None, by: str, reason: str) -> None:
     """Reject VERSION: it (and the versions above the primary trained with it) serve no new group; the trainer
     continues from the primary."""
     from streamgrpo.models import actions
 
-    _act(ctx, bootstrap, topic_prefix, adapter, lambda line, name: actions.reject(line, name, version, by, reason))
+    _act(ctx, bootstrap, topic_prefix, adapter, run_id, lambda line, name: actions.reject(line, name, version, by, reason))
 

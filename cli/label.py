@@ -60,17 +60,21 @@ def _open_groups(kafka: KafkaSettings, groups: set[str]) -> set[str]:
               help='JSON lines {"rollout_id": "...", "score": 0.8}, all written or none.')
 @click.option("--by", default=lambda: getpass.getuser(), show_default="the OS user",
               help="Labeller, recorded as the judge name human:<name>.")
-@click.option("--bootstrap", default=None, help="Kafka bootstrap host:port (default: [kafka] settings / the embedded "
-              "broker).")
+@click.option("--bootstrap", default=None, help="Kafka bootstrap host:port (default: [kafka] settings / the latest "
+              "live `streamgrpo run` / the embedded broker).")
 @click.option("--topic-prefix", default=None, help="Topic prefix ([kafka] topic_prefix).")
+@click.option("--run", "run_id", default=None, metavar="ID",
+              help="A live `streamgrpo run` (default: the latest live one when no Kafka is configured).")
 @click.pass_context
 def label(ctx: click.Context, rollout_id: str | None, score: float | None, file: Path | None, by: str,
-          bootstrap: str | None, topic_prefix: str | None) -> None:
+          bootstrap: str | None, topic_prefix: str | None, run_id: str | None) -> None:
     """Reward ROLLOUT_ID with SCORE (0 = wrong .. 1 = right) as a person, or every label in --file.
 
     The window uses a human reward ahead of the judge's while the rollout's group is open; it is kept
     apart from judge rewards in metrics, the A/B test and `streamgrpo adapters`.
     """
+    from streamgrpo.config import BrokerSettings
+    from streamgrpo.runs import locate
     from streamgrpo.topics.sdk import Label, LabelError, label_rollouts
 
     if file is not None and rollout_id is not None:
@@ -83,6 +87,9 @@ def label(ctx: click.Context, rollout_id: str | None, score: float | None, file:
     path = (ctx.obj or {}).get("config_path")
     kafka = config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap,
                                                                       "topic_prefix": topic_prefix})
+    kafka, run = locate(kafka, config.load(BrokerSettings, "broker", path=path).home, run_id)
+    if run is not None and not run.live():
+        raise LabelError(f"run {run.run_id} has finished: its groups are closed, a label would change nothing")
     rewards = label_rollouts(kafka, [Label(r, s) for r, s in pairs], by)
     still_open = _open_groups(kafka, {r.envelope.group_id or "" for r in rewards})
     for r in rewards:

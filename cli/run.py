@@ -32,7 +32,7 @@ from typing import Any
 
 import click
 
-from streamgrpo import config
+from streamgrpo import config, runs
 from streamgrpo.cli.progress import Progress, RunTracker
 from streamgrpo.config import SUPERVISOR_PID_ENV, KafkaSettings
 from streamgrpo.errors import EXIT_MISCONFIGURED
@@ -201,7 +201,8 @@ def _write_config(cfg: RunSettings, run_dir: Path, environ: Mapping[str, str] | 
 #: and Faust state, while the converted model is cached once under <home>/models.
 RUN_DEFAULTS: dict[str, dict[str, Any]] = {
     "kafka": {"session_timeout_ms": 6000},  # the embedded broker answers joins after half of it
-    "loop": {"home": "{home}", "adapter_store": "{run_dir}/adapters", "model_cache": "{home}/models"},
+    "loop": {"home": "{home}", "adapter_store": "{run_dir}/adapters", "model_cache": "{home}/models",
+             "run_id": "{run_id}"},  # each service reports it on /status: `status` tells another run's apart
     "trainer": {"run_name": "{run_id}"},
     "streams": {"data_dir": "{run_dir}/streams", "archive_dir": "{run_dir}/archive",
                 # ~2 groups a minute on a 2-core CPU: a test ends (promotes if not worse, else restarts) after 4 min
@@ -244,9 +245,7 @@ def execute(cfg: RunSettings) -> Path:
     from streamgrpo.topics.admin import ensure
     from streamgrpo.topics.broker import EmbeddedBroker
 
-    run_id = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = cfg.home / "runs" / run_id
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    run_id, run_dir = new_run_dir(cfg.home)
     broker = None
     bootstrap = cfg.bootstrap
     if bootstrap is None:
@@ -257,6 +256,10 @@ def execute(cfg: RunSettings) -> Path:
 
     kafka = config.load(KafkaSettings, "kafka", path=cfg.config_path, overrides={"bootstrap": bootstrap})
     try:
+        runs.register(cfg.home, runs.RunRecord(run_id, bootstrap, kafka.topic_prefix, str(run_dir), os.getpid(),
+                                               time.time()))
+        click.echo(f"run {run_id} (registered in {runs.record_path(cfg.home, run_id)}: `streamgrpo status`, "
+                   f"`adapters list`, `label`, `tail` find it; afterwards `adapters list --run {run_id}`)")
         report = ensure(kafka)
         click.echo(f"topics: {len(report.created)} created, {len(report.ok)} ok")
         config_file = _write_config(cfg, run_dir)
@@ -293,7 +296,22 @@ def execute(cfg: RunSettings) -> Path:
             click.echo(f"report: {report_dir}")
         if broker is not None:
             broker.stop()
+        runs.mark_finished(cfg.home, run_id)
     return report_dir
+
+
+def new_run_dir(home: Path) -> tuple[str, Path]:
+    """A fresh ``<home>/runs/<id>`` (id = the start time; a suffix when two runs start in one second)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        run_id = stamp if n == 1 else f"{stamp}-{n}"
+        try:
+            (home / "runs" / run_id).mkdir(parents=True)
+        except FileExistsError:
+            continue
+        (home / "runs" / run_id / "logs").mkdir()
+        return run_id, home / "runs" / run_id
+    raise click.ClickException(f"cannot create a run directory under {home / 'runs'}")
 
 
 def _start_vllm(env: dict[str, str], log_dir: Path) -> Child:

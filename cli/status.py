@@ -15,8 +15,12 @@ What it shows, and where each figure comes from:
 - samples waiting for the trainer: the lag of the ``trainer.*`` groups on ``training-samples``
   (every sample when no trainer group has committed yet);
 - dead letters in the last hour, by reason code, and the last one per consumer;
-- each service's endpoint (``[<service>] metrics_port`` on 127.0.0.1, or ``--endpoint``): up or
-  DOWN (never a crash), and its last ERROR log line.
+- each service's endpoint (``[<service>] metrics_port`` on 127.0.0.1, or ``--endpoint``): up, DOWN (never a
+  crash) or "other loop" (its /status identity names another run, topic prefix or local broker: see
+  :func:`other_loop`), and its last ERROR log line.
+
+Which loop: the configured Kafka, else ``--run ID``, else the latest live ``streamgrpo run`` of the home
+(:func:`streamgrpo.runs.locate`; the run's own settings file gives the ports).
 
 Works against the embedded broker and any Kafka (the same ``[kafka]`` settings as the services).
 Not covered: groups requested before ``--window`` that are still open (topic fallback only), and
@@ -29,6 +33,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
@@ -57,6 +62,28 @@ class Service:
     up: bool
     error: str = ""
     last_error: dict[str, Any] | None = None
+    other_loop: str = ""  # the endpoint answers for another loop (what differs); not counted as up
+
+
+def _loopback(bootstrap: str) -> bool:
+    return all(h.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "::1", "[::1]") for h in bootstrap.split(","))
+
+
+def other_loop(theirs: dict[str, str], ours: dict[str, str]) -> str:
+    """What tells an endpoint's loop (its /status ``identity``) from ours: '' when it is ours or says nothing.
+    The topic prefix always counts; the run id when both have one; the bootstrap when both are on this machine
+    (a cluster's Service name and a port-forward differ for the same loop)."""
+    if not theirs:
+        return ""
+    diffs = []
+    if theirs.get("topic_prefix", "") != ours.get("topic_prefix", ""):
+        diffs.append(f"topic prefix {theirs.get('topic_prefix', '')!r}")
+    if theirs.get("run_id") and ours.get("run_id") and theirs["run_id"] != ours["run_id"]:
+        diffs.append(f"run {theirs['run_id']}")
+    tb, ob = theirs.get("bootstrap", ""), ours.get("bootstrap", "")
+    if tb and ob and _loopback(tb) and _loopback(ob) and set(tb.split(",")) != set(ob.split(",")):
+        diffs.append(f"kafka {tb}")
+    return ", ".join(diffs)
 
 
 @dataclass
@@ -64,6 +91,7 @@ class Report:
     at: float
     bootstrap: str
     prefix: str
+    run_id: str = ""
     lags: list[Lag] = field(default_factory=list)
     versions: dict[str, int | None] = field(default_factory=dict)
     registry: dict[int, str] = field(default_factory=dict)
@@ -209,8 +237,9 @@ def dead_letters(reader: Reader, report: Report) -> None:
         report.last_dead_letter[ev.consumer] = f"{ev.reason_code}: {ev.reason[:160]}"
 
 
-def service_ports(config_path: str | None) -> dict[str, int]:
-    """Each service's metrics_port from the same settings the services read (defaults if unreadable)."""
+def service_ports(config_path: str | None, evaluator: bool = False) -> dict[str, int]:
+    """Each service's metrics_port from the same settings the services read (defaults if unreadable); with
+    ``evaluator``, the evaluator's too when [evaluator] enabled (``streamgrpo run`` starts it then)."""
     import importlib
 
     models = {"streams": "streamgrpo.streams.config:StreamsSettings", "judge": "streamgrpo.judge.config:JudgeSettings",
@@ -219,13 +248,25 @@ def service_ports(config_path: str | None) -> dict[str, int]:
     for service, target in models.items():
         module, attr = target.split(":")
         out[service] = int(load(getattr(importlib.import_module(module), attr), service, path=config_path).metrics_port)
+    if evaluator:
+        from streamgrpo.evaluation.service import EvaluatorSettings
+
+        settings = load(EvaluatorSettings, "evaluator", path=config_path)
+        if settings.enabled and settings.metrics_port:
+            out["evaluator"] = settings.metrics_port
     return out
 
 
-def probe_services(targets: dict[str, str], timeout_s: float) -> tuple[list[Service], dict[str, M.Reading]]:
+def probe_services(targets: dict[str, str], timeout_s: float, ours: dict[str, str] | None = None,
+                   ) -> tuple[list[Service], dict[str, M.Reading]]:
+    """Each endpoint's state; an endpoint of another loop (see :func:`other_loop`) is neither up nor read."""
     services, readings = [], {}
     for service, target in targets.items():
         reading = M.read_endpoint(target, timeout_s)
+        other = other_loop(reading.status.get("identity") or {}, ours or {}) if reading.up else ""
+        if other:
+            services.append(Service(service, target, False, other_loop=other))
+            continue
         readings[service] = reading
         services.append(Service(service, target, reading.up, reading.error,
                                 reading.status.get("last_error") if reading.up else None))
@@ -233,15 +274,16 @@ def probe_services(targets: dict[str, str], timeout_s: float) -> tuple[list[Serv
 
 
 def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: float = 0.0, window_s: float = 3600.0,
-            timeout_s: float = 2.0) -> Report:
+            timeout_s: float = 2.0, run_id: str = "") -> Report:
     """Everything ``status`` shows, as data. Unreachable endpoints are reported, never raised."""
     from confluent_kafka import KafkaException
 
     from streamgrpo.topics.clients import bootstrap
     from streamgrpo.topics.errors import TopicsError
 
-    report = Report(at=time.time(), bootstrap=bootstrap(kafka), prefix=kafka.topic_prefix)
-    report.services, readings = probe_services(targets, timeout_s)
+    report = Report(at=time.time(), bootstrap=bootstrap(kafka), prefix=kafka.topic_prefix, run_id=run_id)
+    ours = {"run_id": run_id, "topic_prefix": kafka.topic_prefix, "bootstrap": report.bootstrap}
+    report.services, readings = probe_services(targets, timeout_s, ours)
     reader = Reader(kafka)
     try:
         _fill_from_topics(report, reader, readings, canary_share, window_s)
@@ -285,7 +327,8 @@ def _ago(t: float, now: float) -> str:
 def render(r: Report) -> str:
     """The one screen."""
     v = r.versions
-    lines = [f"streamgrpo status  kafka {r.bootstrap}{f' (prefix {r.prefix})' if r.prefix else ''}  "
+    lines = [f"streamgrpo status  {f'run {r.run_id}  ' if r.run_id else ''}kafka {r.bootstrap}"
+             f"{f' (prefix {r.prefix})' if r.prefix else ''}  "
              f"{time.strftime('%H:%M:%S', time.localtime(r.at))}", ""]
     lines.append(f"adapters   published v{v.get('published')}   primary v{v.get('primary')}   "
                  f"canary {'v' + str(v['canary']) if v.get('canary') is not None else '-'}")
@@ -306,7 +349,7 @@ def render(r: Report) -> str:
         lines.append("  (no consumer group has committed offsets yet)")
     lines += ["", f"{'service':<8} {'endpoint':<22} state"]
     for s in r.services:
-        state = "up" if s.up else f"DOWN ({s.error})"
+        state = "up" if s.up else f"other loop ({s.other_loop})" if s.other_loop else f"DOWN ({s.error})"
         if s.last_error:
             state += f"   last error {_ago(s.last_error['time'], r.at)}: {s.last_error['message'][:90]}"
         lines.append(f"{s.service:<8} {s.target:<22} {state}")
@@ -317,8 +360,9 @@ def _targets(ports: dict[str, int], host: str, endpoints: tuple[str, ...]) -> di
     targets = {s: f"{host}:{p}" for s, p in ports.items() if p}
     for item in endpoints:
         service, _, target = item.partition("=")
-        if service not in M.SERVICES or not target:
-            raise click.BadParameter(f"{item!r}: use SERVICE=HOST:PORT with SERVICE in {', '.join(M.SERVICES)}",
+        if (service not in M.SERVICES and service not in M.OPTIONAL_SERVICES) or not target:
+            names = ", ".join((*M.SERVICES, *M.OPTIONAL_SERVICES))
+            raise click.BadParameter(f"{item!r}: use SERVICE=HOST:PORT with SERVICE in {names}",
                                      param_hint="--endpoint")
         targets[service] = target
     return targets
@@ -336,9 +380,11 @@ def _targets(ports: dict[str, int], host: str, endpoints: tuple[str, ...]) -> di
               help="Seconds of rollout-requests read to count groups in flight when the streams endpoint is down.")
 @click.option("--timeout", "timeout_s", type=float, default=2.0, show_default=True,
               help="Seconds to wait for each metrics endpoint.")
+@click.option("--run", "run_id", default=None, metavar="ID",
+              help="The `streamgrpo run` to show (default: the configured Kafka, else the latest live run).")
 @click.pass_context
 def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tuple[str, ...], host: str,
-           window_s: float, timeout_s: float) -> None:
+           window_s: float, timeout_s: float, run_id: str | None) -> None:
     """One screen: consumer lag per group and partition, groups in flight, adapter versions (published,
     primary, canary, served per worker), samples waiting for the trainer, dead letters in the last hour
     and each service's endpoint with its last error.
@@ -346,14 +392,25 @@ def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tu
     Reads the topics with the [kafka] settings (embedded broker when unset) and every reachable
     metrics endpoint; a service whose endpoint does not answer is shown as DOWN.
     """
-    from streamgrpo.config import LoopSettings
+    from streamgrpo.config import BrokerSettings, LoopSettings
+    from streamgrpo.errors import ConfigError
+    from streamgrpo.runs import locate
 
     config_path = (ctx.obj or {}).get("config_path")
-    kafka = load(KafkaSettings, "kafka", path=config_path)
-    canary_share = load(LoopSettings, "loop", path=config_path).canary_share
-    targets = _targets(service_ports(config_path), host, endpoints)
+    loop = load(LoopSettings, "loop", path=config_path)
+    kafka, run = locate(load(KafkaSettings, "kafka", path=config_path),
+                        load(BrokerSettings, "broker", path=config_path).home, run_id)
+    if run is not None and not run.live():
+        raise ConfigError(f"run {run.run_id} has finished: its broker is gone. Its events are archived in "
+                          f"{run.archive}: `streamgrpo adapters list --run {run.run_id}`, `streamgrpo analyse` "
+                          f"(archive {run.archive}), its report in {run.run_dir}/report")
+    run_config = Path(run.run_dir) / "streamgrpo.toml" if run is not None else None
+    ports = service_ports(str(run_config) if config_path is None and run_config and run_config.is_file()
+                          else config_path, evaluator=run is not None)
+    targets = _targets(ports, host, endpoints)
     while True:
-        report = collect(kafka, targets, canary_share=canary_share, window_s=window_s, timeout_s=timeout_s)
+        report = collect(kafka, targets, canary_share=loop.canary_share, window_s=window_s, timeout_s=timeout_s,
+                         run_id=run.run_id if run else loop.run_id)
         if as_json:
             click.echo(json.dumps(asdict(report), default=str))
         else:

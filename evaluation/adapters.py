@@ -3,8 +3,11 @@
 A target is the base model (version 0) or an adapter version:
 - ``planner@v3`` (or ``v3`` / ``3``): from the ``AdapterPublished`` events on ``adapter-events``
   when a broker is reachable -- the files are loaded only if their sha256 matches the event --
-  else from the adapter store directory (``<store>/<name>/v<N>``; its checksum is computed and
-  reported, but there is no announcement to check it against, and the output says so);
+  else from the events of the run's Parquet archive (``<run dir>/archive``, the directory beside a
+  run's store ``<run dir>/adapters``, or ``eval --run ID``), checked the same way; a mismatch is
+  refused. Only when neither has the version, from the adapter store directory
+  (``<store>/<name>/v<N>``; its checksum is computed and reported, but there is no announcement to
+  check it against, and the output says so);
 - ``--adapter-dir DIR``: a directory holding a peft adapter (its ``manifest.json`` names the
   version when it comes from the store; otherwise it is labelled by the directory);
 - ``--all-versions``: every published version (events), else every version in the store.
@@ -82,9 +85,31 @@ def from_dir(path: Path, adapter_name: str) -> Target:
                   adapter_name, version, path, store.sha256_dir(path))
 
 
+def archive_beside(store_root: Path | None) -> Path | None:
+    """The event archive of the run whose adapter store is ``store_root`` (``<run dir>/adapters`` ->
+    ``<run dir>/archive``, the layout of ``streamgrpo run``), when it exists."""
+    if store_root is None:
+        return None
+    archive = Path(store_root).parent / "archive"
+    return archive if (archive / "adapter-events").is_dir() else None
+
+
+def archived_events(archive: Path) -> list[R.Event]:
+    """The ``adapter-events`` of a Parquet event archive, in log order."""
+    from streamgrpo.archive.store import read_events
+
+    return [event for event, _ in read_events(archive, "adapter-events")]
+
+
 def resolve(specs: Sequence[str], dirs: Sequence[Path], *, all_versions: bool, include_base: bool,
-            adapter_name: str, events: Sequence[R.Event] | None, store_root: Path | None) -> list[Target]:
-    """The targets in evaluation order: base first (when asked or when nothing else is), then versions."""
+            adapter_name: str, events: Sequence[R.Event] | None, store_root: Path | None,
+            archive: Path | None = None) -> list[Target]:
+    """The targets in evaluation order: base first (when asked or when nothing else is), then versions.
+    ``events`` None (no broker): the announcements come from ``archive`` (default: the one beside the store)."""
+    source = "adapter-events"
+    archive = archive or archive_beside(store_root)
+    if events is None and archive is not None:
+        events, source = archived_events(archive), f"the event archive {archive}"
     announced = published(events or [], adapter_name)
     wanted: list[tuple[str, int]] = [parse_version(s, adapter_name) for s in specs]
     if all_versions:
@@ -100,7 +125,10 @@ def resolve(specs: Sequence[str], dirs: Sequence[Path], *, all_versions: bool, i
             continue
         event = published(events or [], name).get(version)
         if event is not None:
-            targets.append(from_event(event))
+            try:
+                targets.append(from_event(event))
+            except TargetError as exc:
+                raise TargetError(f"{exc} (announced on {source}); refusing to evaluate it") from exc
         elif store_root is not None:
             targets.append(from_store(store_root, name, version))
         else:

@@ -29,8 +29,8 @@ FORMATS = ("table", "json", "csv")
               help="Row layout of a task file (as in `submit`).")
 @click.option("--limit", type=click.IntRange(1), default=None, help="Evaluate the first N tasks only.")
 @click.option("--adapter", "adapters", multiple=True, metavar="NAME@vN",
-              help="Adapter version to evaluate (repeatable): verified against its AdapterPublished event when "
-                   "a broker is reachable, else taken from --store. v0 = the base model.")
+              help="Adapter version to evaluate (repeatable): verified against its AdapterPublished event (on the "
+                   "broker, else in the run's event archive), else taken from --store. v0 = the base model.")
 @click.option("--adapter-dir", "adapter_dirs", multiple=True, type=click.Path(exists=True, file_okay=False,
               path_type=Path), help="A peft adapter directory to evaluate (repeatable).")
 @click.option("--all-versions", is_flag=True, help="Every published version (adapter-events, else the store).")
@@ -51,11 +51,14 @@ FORMATS = ("table", "json", "csv")
 @click.option("--publish/--no-publish", default=None,
               help="Publish EvaluationCompleted events (default: when a broker is reachable).")
 @click.option("--bootstrap", default=None, help="Kafka bootstrap servers (overrides [kafka] bootstrap).")
+@click.option("--run", "run_id", default=None, metavar="ID",
+              help="A `streamgrpo run`: its adapter store, and its broker while it runs, else its event archive "
+                   "(each adapter's sha256 is checked against its archived AdapterPublished event).")
 @click.pass_context
 def eval_command(ctx: click.Context, task_source: str, kind: str, limit: int | None, adapters: tuple[str, ...],
                  adapter_dirs: tuple[Path, ...], all_versions: bool, include_base: bool | None, store: Path | None,
                  samples: int, temperature: float | None, batch_size: int, seed: int, fmt: str,
-                 output: Path | None, publish: bool | None, bootstrap: str | None) -> None:
+                 output: Path | None, publish: bool | None, bootstrap: str | None, run_id: str | None) -> None:
     """Evaluate the agent as it is served -- the base model and/or adapter versions -- on held-out tasks,
     judged by correctness alone, greedy by default.
 
@@ -72,7 +75,11 @@ def eval_command(ctx: click.Context, task_source: str, kind: str, limit: int | N
     """
     from streamgrpo.evaluation.session import EvalSession
 
+    archive = None
+    if run_id is not None:
+        bootstrap, store, archive = _from_run(ctx, run_id, bootstrap, store)
     session = EvalSession.from_config((ctx.obj or {}).get("config_path"), bootstrap=bootstrap, store=store)
+    session.archive = archive
     rows = session.load_tasks(task_source, kind=kind, limit=limit)
     targets = session.targets(adapters, adapter_dirs, all_versions=all_versions,
                               include_base=bool(include_base) or (all_versions and include_base is None))
@@ -85,6 +92,20 @@ def eval_command(ctx: click.Context, task_source: str, kind: str, limit: int | N
     if publish is not False:
         note = session.publish(runs, required=bool(publish))
         click.echo(note, err=True)
+
+
+def _from_run(ctx: click.Context, run_id: str, bootstrap: str | None, store: Path | None,
+              ) -> tuple[str | None, Path | None, Path | None]:
+    """(bootstrap, store, archive) of run ``run_id``: its broker while it is live, else its event archive."""
+    from streamgrpo import config
+    from streamgrpo.config import BrokerSettings
+    from streamgrpo.runs import find
+
+    run = find(config.load(BrokerSettings, "broker", path=(ctx.obj or {}).get("config_path")).home, run_id)
+    store = store or Path(run.run_dir) / "adapters"
+    if run.live():
+        return bootstrap or run.bootstrap, store, None
+    return bootstrap, store, run.archive
 
 
 def _progress(label: str) -> Any:

@@ -44,6 +44,7 @@ class EvalSession:
         self.judge = CorrectnessJudge(judge)
         self.kafka = kafka
         self.store = store or loop.adapter_store
+        self.archive: Path | None = None  # a finished run's event archive: announcements come from it, not Kafka
         self._ctx: Any = None
 
     @classmethod
@@ -80,7 +81,9 @@ class EvalSession:
         return rows[:limit] if limit else rows
 
     def events(self) -> list[Any] | None:
-        """Events of ``adapter-events``, or None when no broker is reachable."""
+        """Events of ``adapter-events``, or None when no broker is reachable (or the session reads an archive)."""
+        if self.archive is not None:
+            return None
         try:
             from streamgrpo.topics.follow import read_topic
 
@@ -95,7 +98,8 @@ class EvalSession:
         events = self.events() if needs_events else None
         try:
             found = resolve(specs, dirs, all_versions=all_versions, include_base=include_base,
-                            adapter_name=self.loop.adapter_name, events=events, store_root=self.store)
+                            adapter_name=self.loop.adapter_name, events=events, store_root=self.store,
+                            archive=self.archive)
         except TargetError as exc:
             raise click.ClickException(str(exc)) from exc
         for t in found:

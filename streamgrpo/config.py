@@ -101,6 +101,9 @@ class LoopSettings(StrictModel):
 
     adapter_name: str = Field("planner", min_length=1, description="Adapter (LoRA) family trained, published "
                               "and served.")
+    run_id: str = Field("", description="Id of the `streamgrpo run` these services belong to (the run writes it "
+                        "into its TOML; empty elsewhere). Every service reports it on /status, so `streamgrpo "
+                        "status` tells a process of another run from its own.")
     max_staleness: int = Field(
         1, ge=0, le=100_000,
         description="Adapter versions a trained sample may lag behind the trainer. The fan-out admits a group only "

@@ -234,6 +234,7 @@ class Metrics:
         self.service = service
         self.started_at = time.time()
         self.last_error: dict[str, Any] | None = None
+        self.identity: dict[str, str] = {}  # which loop this process belongs to (see loop_identity)
         self.port: int | None = None
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, str], set[str]] = {}
@@ -330,7 +331,7 @@ class Metrics:
         from streamgrpo import __version__
 
         return {"service": self.service, "version": __version__, "pid": os.getpid(), "started_at": self.started_at,
-                "last_error": self.last_error, "metrics": self.enabled}
+                "last_error": self.last_error, "metrics": self.enabled, "identity": self.identity}
 
     def note_log(self, record: logging.LogRecord) -> None:
         """Count a WARNING+ record; remember an ERROR+ one as the last error (first line, 500 chars)."""
@@ -399,6 +400,27 @@ class _LogHandler(logging.Handler):
 
 _NOOP = Metrics(enabled=False)
 _current: Metrics = _NOOP
+_config_path: list[str | None] = [None]  # the --config of this process (set by the CLI, read by start())
+
+
+def use_config(path: str | None) -> None:
+    """The settings file this process runs with (the CLI calls it); :func:`start` reads its identity there."""
+    _config_path[0] = path
+
+
+def loop_identity(config_path: str | None) -> dict[str, str]:
+    """Which loop a process belongs to, as its /status reports it: ``run_id`` ([loop] run_id, set by
+    ``streamgrpo run``), ``topic_prefix`` and ``bootstrap`` ([kafka]). ``streamgrpo status`` compares it with
+    the loop it reads; {} when the settings do not load (the service then fails on them itself)."""
+    from streamgrpo.config import KafkaSettings, LoopSettings, load
+    from streamgrpo.errors import ConfigError
+
+    try:
+        kafka = load(KafkaSettings, "kafka", path=config_path)
+        loop = load(LoopSettings, "loop", path=config_path)
+    except ConfigError:
+        return {}
+    return {"run_id": loop.run_id, "topic_prefix": kafka.topic_prefix, "bootstrap": kafka.bootstrap or ""}
 
 
 def current() -> Metrics:
@@ -413,6 +435,7 @@ def start(service: str, port: int, *, host: str = "0.0.0.0") -> Metrics:
         raise ValueError(f"unknown service {service!r}; one of {(*SERVICES, *OPTIONAL_SERVICES)}")
     stop()
     m = Metrics(service)
+    m.identity = loop_identity(_config_path[0])
     m._handler = _LogHandler(m)
     logging.getLogger().addHandler(m._handler)
     if port and m.enabled:

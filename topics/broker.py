@@ -3,7 +3,8 @@
 ``streamgrpo broker up`` starts it on loopback (a free port unless pinned), waits until it answers
 Kafka metadata requests, and records pid, port and binary in ``<home>/run/broker.json``;
 ``broker down`` stops exactly that process (by pid, after checking it is still a Tansu process).
-Every other command finds it through :func:`resolve_bootstrap` when no bootstrap is configured.
+Every other command finds it through :func:`resolve_bootstrap` when no bootstrap is configured (or,
+without one, the broker of the latest live ``streamgrpo run``).
 
 What is covered: development and tests on one machine. What is not: durability (this Tansu build
 has memory storage only; a restart loses every topic), transactions isolation (Tansu 0.6 does not
@@ -214,14 +215,20 @@ def down(settings: BrokerSettings) -> BrokerState | None:
 
 
 def resolve_bootstrap(kafka: KafkaSettings, broker: BrokerSettings | None = None) -> str:
-    """The bootstrap servers in force: the configured ones, else the running embedded broker."""
+    """The bootstrap servers in force: the configured ones, else the running embedded broker (``broker up``),
+    else the broker of the latest live ``streamgrpo run`` of this home (:mod:`streamgrpo.runs`)."""
     if kafka.bootstrap:
         return kafka.bootstrap
     broker = broker or load(BrokerSettings, "broker")  # the home of this process's settings ($STREAMGRPO_HOME)
     state = read_state(broker.home)
-    if state is None or not _is_tansu(state.pid):  # not a ConfigError: a broker may come up (restart helps)
-        raise BrokerError(
-            "no Kafka broker configured and no embedded broker running: start one with "
+    if state is None or not _is_tansu(state.pid):
+        from streamgrpo.runs import latest_live
+
+        run = latest_live(broker.home)  # a `streamgrpo run` of this home, with its own embedded broker
+        if run is not None:
+            return run.bootstrap
+        raise BrokerError(  # not a ConfigError: a broker may come up (a restart helps)
+            "no Kafka broker configured, no embedded broker and no live `streamgrpo run` in this home: start one with "
             "`streamgrpo broker up`, or point to yours with --bootstrap / STREAMGRPO_BOOTSTRAP"
         )
     return state.bootstrap

@@ -16,8 +16,13 @@ BOOTSTRAP_HELP = "Kafka bootstrap servers host:port (default: the embedded broke
 
 
 def _kafka(ctx: click.Context, bootstrap: str | None, prefix: str | None = None) -> KafkaSettings:
+    """The [kafka] settings with the options applied; without a bootstrap, the latest live `streamgrpo run`'s
+    broker and topic prefix (:func:`streamgrpo.runs.locate`), else the embedded broker of `broker up`."""
+    from streamgrpo.runs import locate
+
     path = (ctx.obj or {}).get("config_path")
-    return config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap, "topic_prefix": prefix})
+    kafka = config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap, "topic_prefix": prefix})
+    return locate(kafka, _broker_settings(ctx).home)[0]
 
 
 def _broker_settings(ctx: click.Context, **overrides: Any) -> BrokerSettings:

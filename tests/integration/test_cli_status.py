@@ -87,7 +87,7 @@ def test_status_from_topics_with_services_down(kafka_ns: KafkaSettings) -> None:
     _produce(kafka_ns)
     ends = _commit_trainer(kafka_ns)
     judge_port, down = _free_port(), _free_port()
-    M.start("judge", judge_port, host="127.0.0.1")
+    M.start("judge", judge_port, host="127.0.0.1").identity = {"topic_prefix": kafka_ns.topic_prefix}  # this loop's
     try:
         logging.getLogger("streamgrpo.judge.test").error("LLM judge endpoint refused the connection")
         targets = {"judge": f"127.0.0.1:{judge_port}", "rollout": f"127.0.0.1:{down}",
@@ -155,3 +155,28 @@ def test_status_says_what_to_do_when_kafka_is_down() -> None:
                              env=env)
     assert out.exit_code != 0
     assert "did not answer" in str(out.exception) + out.output and "STREAMGRPO_KAFKA__BOOTSTRAP" in str(out.exception) + out.output
+
+
+def test_status_shows_a_process_of_another_loop_as_other_loop_not_up(kafka_ns: KafkaSettings) -> None:
+    """Two real endpoints on this machine: one reports this loop's identity on /status, the other another
+    run's (other prefix, other local broker). Only the first is up; the second's figures are not used."""
+    ours_port, theirs_port = _free_port(), _free_port()
+    ours, theirs = M.Metrics("rollout"), M.Metrics("streams")
+    ours.identity = {"run_id": "20260101-000000", "topic_prefix": kafka_ns.topic_prefix,
+                     "bootstrap": kafka_ns.bootstrap or ""}
+    theirs.identity = {"run_id": "20260101-999999", "topic_prefix": "other.", "bootstrap": "127.0.0.1:1"}
+    theirs.set(M.GROUPS_OPEN, 42)
+    try:
+        assert ours.serve(ours_port, "127.0.0.1") and theirs.serve(theirs_port, "127.0.0.1")
+        targets = {"rollout": f"127.0.0.1:{ours_port}", "streams": f"127.0.0.1:{theirs_port}"}
+        report = collect(kafka_ns, targets, timeout_s=1.0, run_id="20260101-000000")
+    finally:
+        ours.close()
+        theirs.close()
+    state = {s.service: s for s in report.services}
+    assert state["rollout"].up and not state["rollout"].other_loop
+    assert not state["streams"].up
+    assert state["streams"].other_loop == "topic prefix 'other.', run 20260101-999999, kafka 127.0.0.1:1"
+    assert report.groups_source != "streams endpoint" and report.groups_in_flight != 42
+    screen = render(report)
+    assert "other loop (topic prefix 'other.'" in screen and screen.count(" up") >= 1
