@@ -133,8 +133,19 @@ def validate_args(spec: ToolSpec, args: Mapping[str, Any]) -> dict[str, Any]:
             raise ToolInputError(f"argument {p.name!r} must be of type {p.type}, got a boolean; {usage(spec)}")
         if not isinstance(value, _PY_TYPES[p.type]):
             value = _coerce_scalar(p, value, spec)
+        if isinstance(value, str):
+            _check_text(p.name, value)
         out[p.name] = value
     return out
+
+
+def _check_text(name: str, value: str) -> None:
+    """A string argument must be text UTF-8 can carry: a lone surrogate (a JSON ``"\\ud800"``) is refused."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolInputError(f"argument {name!r} contains {ascii(value[exc.start])} at position {exc.start}, a lone "
+                             "UTF-16 surrogate that is not text; remove it") from exc
 
 
 def _coerce_scalar(p: Param, value: Any, spec: ToolSpec) -> Any:

@@ -189,12 +189,27 @@ def _read_status(fd: int) -> list[dict[str, Any]]:
     return docs
 
 
+def _memfds(contents: list[tuple[str, bytes]]) -> list[int]:
+    """One memfd per (name, data); when one cannot be made, those already made are closed (no leak)."""
+    opened: list[int] = []
+    made = False
+    try:
+        for name, data in contents:
+            opened.append(memfd(name, data))
+        made = True
+        return opened
+    finally:
+        if not made:
+            for fd in opened:
+                os.close(fd)
+
+
 def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
            with_status: bool = False) -> tuple[SandboxRun, list[dict[str, Any]]]:
     """One run of ``code`` in the jail; the status documents are read only when ``with_status``."""
     start = time.monotonic()
-    opened = [memfd("sbx-bootstrap", CHILD_SCRIPT.read_bytes()), memfd("sbx-code", code.encode("utf-8")),
-              memfd("sbx-seccomp", plan.seccomp)]
+    opened = _memfds([("sbx-bootstrap", CHILD_SCRIPT.read_bytes()), ("sbx-code", code.encode("utf-8")),
+                      ("sbx-seccomp", plan.seccomp)])
     status_r, status_w = os.pipe() if with_status else (None, None)
     fds = JailFds(bootstrap=opened[0], code=opened[1], seccomp=opened[2], status=status_w)
     try:

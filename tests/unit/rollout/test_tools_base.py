@@ -110,3 +110,11 @@ def test_call_tool_by_name_with_raw_commands() -> None:
     assert call_tool(tools, "knowledge_search", {"query": "year 144", "k": 1}).output.startswith("[1] Events of the year 144")
     unknown = call_tool(tools, "browser", "x")
     assert unknown.error == "unknown tool 'browser'; available tools: calculator, knowledge_search"
+
+
+@pytest.mark.parametrize("text", ["4\ud800", "\udfff", "a\ud83d"])
+def test_a_lone_surrogate_argument_is_an_error_not_an_exception(text: str) -> None:
+    # issue 24, finding 5: Tool.run raised UnicodeEncodeError (the python tool) on such an argument
+    result = Echo().run({"text": text})
+    assert result.error is not None and "lone UTF-16 surrogate" in result.error
+    result.error.encode("utf-8")  # the error itself is text an event can carry

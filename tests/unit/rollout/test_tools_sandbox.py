@@ -192,3 +192,32 @@ def test_echo_only_rewrites_a_trailing_expression() -> None:
     assert echo_last_expression("print(1)") == "print(1)"
     assert echo_last_expression("def f(:") == "def f(:"  # unparsable: the sandbox reports the error
     assert echo_last_expression("for i in range(2):\n    i") == "for i in range(2):\n    i"
+
+
+def _memfds() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")
+        except OSError:
+            continue  # the listing's own descriptor
+    return count
+
+
+def test_a_lone_surrogate_in_the_code_is_an_error_and_leaks_no_memfd(tool: PythonSandbox) -> None:
+    # issue 24, finding 5: Tool.run raised UnicodeEncodeError and left one memfd open per call
+    before = _memfds()
+    for _ in range(5):
+        result = tool.run({"code": "print('4\ud800')"})
+        assert result.error is not None and "surrogate" in result.error
+    assert tool.run({"code": "print(6 * 7)"}).output.strip() == "42"
+    assert _memfds() == before
+
+
+def test_memfds_made_for_a_run_are_closed_when_one_cannot_be_made() -> None:
+    from streamgrpo.rollout.tools.python_sandbox import _memfds as make
+
+    before = _memfds()
+    with pytest.raises(ValueError):
+        make([("a", b"1"), ("b", b"2"), ("bad\0name", b"3")])
+    assert _memfds() == before
