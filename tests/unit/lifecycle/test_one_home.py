@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import ast
 import re
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[3]
 HOME = "lifecycle/pacing.py"
@@ -92,7 +93,7 @@ def findings(source: str, rel: str) -> list[str]:
             if any(refs(o, names) for o in operands):
                 text = ast.unparse(node)
                 if (rel, text) not in ALLOWED:
-                    out.append(f"{rel}:{node.lineno}: {text}")
+                    out.append(f"{rel}:{getattr(node, 'lineno', 0)}: {text}")
     skip = docstrings(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
