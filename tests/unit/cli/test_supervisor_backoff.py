@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from streamgrpo.cli.run import Child, Supervisor, restart_delay
+from streamgrpo.cli.supervision import Child, Supervisor, restart_delay
 
 
 def _delays(runs_s: float, stable_s: float, deaths: int, tmp_path: Path) -> list[str]:
