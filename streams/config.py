@@ -67,6 +67,14 @@ class StreamsSettings(StrictModel):
     max_staleness: int = shared("max_staleness")
     samples_per_step: int = shared("samples_per_step")
     admission_poll_s: float = Field(0.2, gt=0, le=60, description="How often a blocked fan-out re-checks admission.")
+    # -- curriculum (streams/curriculum.py) ---------------------------------------------------------------
+    curriculum: bool = Field(True, description="Dynamic sampling at the window: a task whose group had reward "
+                             "variance is fanned out again ahead of new tasks; one whose group had none is parked "
+                             "and retried later. Each such group's requests carry metadata curriculum/pass_rate.")
+    curriculum_requeue_max: int = Field(4, ge=1, le=1000, description="Groups a task with signal gets in all.")
+    curriculum_park_after: int = Field(48, ge=0, le=1_000_000, description="A task whose group had no signal is "
+                                       "retried after this many other groups were admitted.")
+    curriculum_park_retries: int = Field(1, ge=0, le=100, description="Retries of a task whose groups had no signal.")
     # -- advantage window --------------------------------------------------------------------------
     estimator: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo or rloo.")
     group_timeout_s: float = Field(

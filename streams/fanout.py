@@ -23,7 +23,10 @@ Thin agent: consumes ``tasks``; waits for the worker's
 sleeps (backpressure: the task is not acknowledged, the consumer stops fetching once its buffer is
 full; nothing is dropped). A task whose group already appears on ``rollout-requests`` (a redelivery
 after a crash) is skipped.
-What is not covered: priorities between tasks.
+Curriculum (:mod:`streamgrpo.streams.curriculum`, ``[streams] curriculum``, on by default): before each
+new task, and every second while no task arrives, the tasks the curriculum has due (a task whose last
+group had reward variance, then parked tasks whose time has come) are fanned out first, under the same
+admission. What is not covered: priorities between new tasks.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from streamgrpo.lifecycle.pacing import Backlog, Pacing
 from streamgrpo.streams.ab_controller import choose_version
 from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
+from streamgrpo.streams.curriculum import Curriculum, CurriculumPolicy, Decision
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TASK_BYTES
 
 __all__ = ["Backlog", "FanoutPolicy", "admit", "attempt_of", "check_task", "fan_out", "register"]
@@ -115,6 +119,9 @@ def register(ctx: StreamsContext) -> None:
     follower = follower_for(ctx)
     view = follower.view
     policy = FanoutPolicy.from_settings(ctx.settings)
+    curriculum = Curriculum(curriculum_policy(ctx.settings))
+    view.on_closed.append(lambda event: _note(ctx, curriculum.closed(event)))
+    lock = asyncio.Lock()  # one admission decision at a time (the agent and the curriculum pump)
 
     async def fanout_agent(stream: FaustStream) -> None:
         async for ev in stream.events():
@@ -129,6 +136,12 @@ def register(ctx: StreamsContext) -> None:
             await ctx.dead_letter(m.topic, m.partition, m.offset, ev.key, ev.value, *problem)
             return
         await follower.caught_up.wait()
+        async with lock:
+            while (due := curriculum.next_due()) is not None:  # tasks with signal go first
+                await send_group(due)
+            await send_group(task)
+
+    async def send_group(task: R.Task) -> None:
         group = ids.group_id(task.envelope.task_id or "", attempt_of(task))
         if group in view.requested:
             ctx.count("fanout.already_requested")
@@ -147,8 +160,35 @@ def register(ctx: StreamsContext) -> None:
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
         view.note_requested(group, len(requests))
+        curriculum.remember(task, attempt_of(task))
         ctx.count("fanout.groups")
+        if "curriculum" in task.metadata:
+            ctx.count(f"fanout.curriculum_{task.metadata['curriculum']}")
         metrics.current().inc(metrics.GROUPS_REQUESTED)
         metrics.current().set(metrics.GROUPS_OPEN, view.in_flight)
 
+    async def curriculum_pump() -> None:
+        """Fans out due tasks while no new task arrives (the agent only runs on new tasks)."""
+        await follower.caught_up.wait()
+        while True:
+            await asyncio.sleep(1.0)
+            if curriculum.pending and not lock.locked():
+                async with lock:
+                    while (due := curriculum.next_due()) is not None:
+                        await send_group(due)
+
     ctx.app.agent(ctx.topics["tasks"], name="streamgrpo.fanout")(fanout_agent)
+    if ctx.settings.curriculum:
+        ctx.app.task(curriculum_pump)
+
+
+def curriculum_policy(s: StreamsSettings) -> CurriculumPolicy:
+    return CurriculumPolicy(enabled=s.curriculum, requeue_max=s.curriculum_requeue_max,
+                            park_after=s.curriculum_park_after, park_retries=s.curriculum_park_retries)
+
+
+def _note(ctx: StreamsContext, decision: Decision | None) -> None:
+    if decision is not None:
+        ctx.count(f"curriculum.{decision.action}")
+        log.debug("curriculum: task %s %s (pass rate %.2f after %d group(s))", decision.task_id, decision.action,
+                  decision.pass_rate, decision.groups)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiokafka.errors import KafkaError
@@ -47,6 +48,8 @@ class LoopView:
         self.open: dict[str, int] = {}  # group id -> rollouts requested
         self.produced = 0  # samples of closed groups that train
         self.consumed = 0  # distinct samples in published adapters' lineage (duplicates excluded)
+        #: called once per distinct GroupClosed, after the fold (the fan-out's curriculum listens)
+        self.on_closed: list[Callable[[R.GroupClosed], None]] = []
 
     @property
     def in_flight(self) -> int:
@@ -83,6 +86,8 @@ class LoopView:
         self.open.pop(gid, None)
         if event.trains:  # events older than `samples` counted ERROR rewards as samples
             self.produced += event.samples if event.samples is not None else event.received
+        for listener in self.on_closed:
+            listener(event)
 
 
 @dataclass

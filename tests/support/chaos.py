@@ -9,7 +9,8 @@ alive for ``min_uptime_s`` (a child killed again while it still loads its model 
 :func:`audit` is the pure check of what the topics hold afterwards (records as :func:`read_topic` returns
 them), with these rules:
 
-- tasks -> groups: each Task's group (``ids.group_id(task_id, attempt)``) is closed by exactly one
+- tasks -> groups: each Task's group (``ids.group_id(task_id, attempt)``), and each further group of a
+  known task that the curriculum requested (its requests carry ``metadata["curriculum"]``), is closed by exactly one
   GroupClosed id (at-least-once: repeated copies of that same id are counted, not errors; two different
   closures of one group are). A task whose group was never requested is ``queued`` (admission held it);
   a group requested but not closed is ``in_flight`` if its first request is younger than
@@ -213,6 +214,11 @@ def _tasks_to_groups(tasks: list[Received], requests: list[Received], closures: 
         assert isinstance(task, R.Task)
         attempt = int(task.metadata.get("attempt", "0") or 0)
         task_groups.add(ids.group_id(str(task.envelope.task_id), attempt))
+    known = {str(r.event.envelope.task_id) for r in tasks if r.event is not None}
+    for r in requests:  # the curriculum's further groups of a task (streams/curriculum.py)
+        req = r.event
+        if req is not None and "curriculum" in req.metadata and str(req.envelope.task_id) in known:
+            task_groups.add(str(req.envelope.group_id))
     out.tasks = len(task_groups)
     for gid in sorted(task_groups):
         if gid in closures:

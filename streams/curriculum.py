@@ -1,0 +1,139 @@
+"""A curriculum computed by the stream: dynamic sampling at the window (DAPO's, in streaming form).
+
+Every closed group says whether its task carries signal: a group with reward variance trains
+(``GroupClosed.trains``), a group whose rollouts all scored alike (all wrong or all right) trains
+nothing. The fan-out keeps, per task it fanned out, the outcome of each of its groups, and decides:
+
+- **requeue**: the group had signal (with the correctness reward: its pass rate was strictly between 0
+  and 1) -> the task is fanned out again, AHEAD of new tasks, until it has had ``requeue_max`` groups;
+- **park**: the group had no signal -> the task is retried once ``park_after`` other groups have been
+  admitted (the policy may have changed by then), at most ``park_retries`` times;
+- **retire**: neither (its budget is spent).
+
+A task fanned out again is a new group of the same task: ``metadata["attempt"]`` is its group count so
+far (so its group id, :func:`streamgrpo.avro.ids.group_id`, is new and deterministic), and
+``metadata["curriculum"]`` (``requeue`` or ``retry``) and ``metadata["pass_rate"]`` (the mean reward of
+its last group) say why it was admitted. They travel into every RolloutRequest of the group, so the
+log shows every curriculum decision that admitted something (``analyse`` / DuckDB over
+``rollout-requests``). Task kinds interleave by construction: requeued tasks are taken oldest first, one
+per admission, between new tasks, which ``streamgrpo run`` submits interleaved kind by kind.
+
+Pure: no clock, no I/O; the fan-out agent (:mod:`streamgrpo.streams.fanout`) calls :meth:`Curriculum.
+remember` when it fans a task out, :meth:`Curriculum.closed` for every GroupClosed its follower folds,
+and :meth:`Curriculum.next_due` before each new task and when idle.
+
+What is not covered: the queue is the worker's memory, rebuilt empty on a restart (a restart loses
+pending requeues, never a task or a group); with several streams workers, the worker that fanned a task
+out is the one that requeues it. Sources whose reward is not a pass rate still use ``trains`` (reward
+variance), which is what decides whether a group teaches anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from streamgrpo.avro import ids
+from streamgrpo.avro import records as R
+
+REQUEUE, RETRY = "requeue", "retry"
+
+
+@dataclass(frozen=True)
+class CurriculumPolicy:
+    """Settings of the curriculum (``[streams] curriculum_*``)."""
+
+    enabled: bool = True
+    requeue_max: int = 4  #: groups a task with signal gets in all (its first included)
+    park_after: int = 48  #: groups admitted after which a parked task is retried
+    park_retries: int = 1  #: retries of a task whose groups had no signal
+    max_tasks: int = 10_000  #: tasks remembered (oldest forgotten first)
+
+
+@dataclass
+class _Entry:
+    task: R.Task
+    groups: int = 0  # groups of this task closed so far
+    parked: int = 0  # times parked
+    open_group: str | None = None  # the group fanned out and not yet closed
+
+
+@dataclass
+class Decision:
+    task_id: str
+    action: str  # requeue | park | retire
+    pass_rate: float
+    groups: int
+
+
+@dataclass
+class Curriculum:
+    """The fold and the queue (see the module docstring)."""
+
+    policy: CurriculumPolicy = field(default_factory=CurriculumPolicy)
+    admitted: int = 0  # groups admitted by this fan-out (the clock of park_after)
+    _tasks: OrderedDict[str, _Entry] = field(default_factory=OrderedDict)
+    _requeue: OrderedDict[str, float] = field(default_factory=OrderedDict)  # task id -> pass rate
+    _parked: dict[str, tuple[int, float]] = field(default_factory=dict)  # task id -> (due at admitted, pass rate)
+
+    def remember(self, task: R.Task, attempt: int) -> None:
+        """The fan-out admitted a group of ``task`` (attempt ``attempt``, group ``ids.group_id(task, attempt)``)."""
+        self.admitted += 1
+        if not self.policy.enabled:
+            return
+        task_id = task.envelope.task_id or ""
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            entry = self._tasks[task_id] = _Entry(task, groups=attempt)
+            while len(self._tasks) > self.policy.max_tasks:
+                self._forget(next(iter(self._tasks)))
+        entry.open_group = ids.group_id(task_id, attempt)
+        entry.groups = max(entry.groups, attempt)
+
+    def closed(self, event: R.GroupClosed) -> Decision | None:
+        """Fold one GroupClosed of a remembered task's open group; other groups are not ours (None)."""
+        task_id = event.envelope.task_id or ""
+        entry = self._tasks.get(task_id)
+        if entry is None or entry.open_group is None or entry.open_group != event.envelope.group_id:
+            return None
+        entry.open_group = None
+        entry.groups += 1
+        rate = float(event.reward_mean)
+        if event.trains and entry.groups < self.policy.requeue_max:
+            self._requeue[task_id] = rate
+            return Decision(task_id, "requeue", rate, entry.groups)
+        if not event.trains and entry.parked < self.policy.park_retries:
+            entry.parked += 1
+            self._parked[task_id] = (self.admitted + self.policy.park_after, rate)
+            return Decision(task_id, "park", rate, entry.groups)
+        self._forget(task_id)
+        return Decision(task_id, "retire", rate, entry.groups)
+
+    def next_due(self) -> R.Task | None:
+        """The next task to fan out again, requeues first (oldest first), then parked tasks whose time
+        has come; None when nothing is due. The returned task carries its new attempt and the reason."""
+        if self._requeue:
+            task_id, rate = self._requeue.popitem(last=False)
+            return self._again(task_id, REQUEUE, rate)
+        for task_id, (due, rate) in list(self._parked.items()):
+            if due <= self.admitted:
+                del self._parked[task_id]
+                return self._again(task_id, RETRY, rate)
+        return None
+
+    @property
+    def pending(self) -> int:
+        """Tasks waiting to be fanned out again (requeued or parked)."""
+        return len(self._requeue) + len(self._parked)
+
+    def _again(self, task_id: str, reason: str, rate: float) -> R.Task:
+        entry = self._tasks[task_id]
+        meta = {**entry.task.metadata, "attempt": str(entry.groups), "curriculum": reason,
+                "pass_rate": f"{rate:.3f}"}
+        return dataclasses.replace(entry.task, metadata=meta)
+
+    def _forget(self, task_id: str) -> None:
+        self._tasks.pop(task_id, None)
+        self._requeue.pop(task_id, None)
+        self._parked.pop(task_id, None)

@@ -1,0 +1,93 @@
+"""The curriculum's pure core: requeue tasks whose groups carry signal, park the rest, retire spent ones."""
+
+from __future__ import annotations
+
+from streamgrpo.avro import ids
+from streamgrpo.avro import records as R
+from streamgrpo.streams.curriculum import Curriculum, CurriculumPolicy
+from streamgrpo.streams.fanout import attempt_of
+
+
+def task(task_id: str, **meta: str) -> R.Task:
+    return R.Task(envelope=R.Envelope.new("test", task_id=task_id), question=f"q {task_id}", source="builtin",
+                  group_size=4, ground_truths=["1"], metadata={"kind": "arithmetic", **meta})
+
+
+def closed(t: R.Task, attempt: int, mean: float, trains: bool) -> R.GroupClosed:
+    gid = ids.group_id(t.envelope.task_id or "", attempt)
+    return R.GroupClosed(envelope=R.Envelope.new("test", task_id=t.envelope.task_id, group_id=gid),
+                         status=R.GroupStatus.COMPLETE, expected=4, received=4, reward_mean=mean,
+                         reward_std=0.5 if trains else 0.0, estimator="grpo", trains=trains, reason="",
+                         adapter_version=0)
+
+
+def test_a_task_with_signal_is_requeued_ahead_until_its_budget_then_retired() -> None:
+    cur = Curriculum(CurriculumPolicy(requeue_max=3, park_after=100))
+    t = task("a")
+    cur.remember(t, 0)
+    assert cur.next_due() is None  # nothing closed yet
+    decision = cur.closed(closed(t, 0, 0.5, True))
+    assert decision is not None and decision.action == "requeue" and decision.groups == 1
+    again = cur.next_due()
+    assert again is not None and attempt_of(again) == 1
+    assert again.metadata["curriculum"] == "requeue" and again.metadata["pass_rate"] == "0.500"
+    assert again.metadata["kind"] == "arithmetic" and again.question == t.question
+    assert cur.next_due() is None  # taken once
+    cur.remember(again, 1)
+    assert cur.closed(closed(t, 1, 0.25, True)).action == "requeue"
+    third = cur.next_due()
+    assert attempt_of(third) == 2
+    cur.remember(third, 2)
+    assert cur.closed(closed(t, 2, 0.75, True)).action == "retire"  # 3 groups: the budget is spent
+    assert cur.next_due() is None and cur.pending == 0
+
+
+def test_a_task_without_signal_is_parked_and_retried_after_other_groups() -> None:
+    cur = Curriculum(CurriculumPolicy(park_after=3, park_retries=1))
+    t = task("z")
+    cur.remember(t, 0)
+    assert cur.closed(closed(t, 0, 0.0, False)).action == "park"
+    others = [task(f"o{i}") for i in range(3)]
+    for i, o in enumerate(others[:2]):
+        cur.remember(o, 0)
+        assert cur.next_due() is None, i  # not due before park_after more admissions
+    cur.remember(others[2], 0)
+    retry = cur.next_due()
+    assert retry is not None and retry.envelope.task_id == "z" and retry.metadata["curriculum"] == "retry"
+    assert attempt_of(retry) == 1
+    cur.remember(retry, 1)
+    assert cur.closed(closed(t, 1, 1.0, False)).action == "retire"  # one retry only
+
+
+def test_requeues_come_before_due_retries_and_in_closing_order() -> None:
+    cur = Curriculum(CurriculumPolicy(park_after=0))
+    a, b, c = task("a"), task("b"), task("c")
+    for t in (a, b, c):
+        cur.remember(t, 0)
+    cur.closed(closed(c, 0, 0.0, False))  # parked, due at once
+    cur.closed(closed(b, 0, 0.5, True))
+    cur.closed(closed(a, 0, 0.25, True))
+    order = [cur.next_due().envelope.task_id for _ in range(3)]
+    assert order == ["b", "a", "c"] and cur.next_due() is None
+
+
+def test_groups_it_did_not_fan_out_or_duplicates_are_ignored() -> None:
+    cur = Curriculum()
+    t = task("a")
+    assert cur.closed(closed(t, 0, 0.5, True)) is None  # not remembered: another worker's task
+    cur.remember(t, 0)
+    assert cur.closed(closed(t, 3, 0.5, True)) is None  # not its open group
+    assert cur.closed(closed(t, 0, 0.5, True)) is not None
+    assert cur.closed(closed(t, 0, 0.5, True)) is None  # the same group again
+
+
+def test_disabled_it_decides_nothing_and_memory_is_bounded() -> None:
+    off = Curriculum(CurriculumPolicy(enabled=False))
+    t = task("a")
+    off.remember(t, 0)
+    assert off.closed(closed(t, 0, 0.5, True)) is None and off.next_due() is None
+    small = Curriculum(CurriculumPolicy(max_tasks=2))
+    for i in range(5):
+        small.remember(task(f"t{i}"), 0)
+    assert small.closed(closed(task("t0"), 0, 0.5, True)) is None  # forgotten
+    assert small.closed(closed(task("t4"), 0, 0.5, True)).action == "requeue"
