@@ -26,7 +26,9 @@ after a crash) is skipped.
 Curriculum (:mod:`streamgrpo.streams.curriculum`, ``[streams] curriculum``, on by default): before each
 new task, and every second while no task arrives, the tasks the curriculum has due (a task whose last
 group had reward variance, then parked tasks whose time has come) are fanned out first, under the same
-admission. What is not covered: priorities between new tasks.
+admission. A Task with ``metadata["served_by"]`` (e.g. ``streamgrpo serve``'s production calls) was already run
+by its server and is recorded for analysis only: it is not fanned out again. What is not covered: priorities
+between new tasks.
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ def register(ctx: StreamsContext) -> None:
         if problem is not None:
             m = ev.message
             await ctx.dead_letter(m.topic, m.partition, m.offset, ev.key, ev.value, *problem)
+            return
+        if task.metadata.get("served_by"):  # already run by the server that produced it (streamgrpo serve)
+            ctx.count("fanout.served_elsewhere")
             return
         await follower.caught_up.wait()
         async with lock:

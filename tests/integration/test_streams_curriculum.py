@@ -1,5 +1,6 @@
 """The curriculum on the real broker: a task whose group had reward variance is fanned out again, one
-whose group had none is parked and retried, each new group's requests saying why (metadata)."""
+whose group had none is parked and retried, each new group's requests saying why (metadata). A task
+already served elsewhere (``metadata["served_by"]``) is not fanned out."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def test_signal_tasks_are_requeued_and_flat_ones_retried_with_the_reason_in_the_
                             "curriculum_requeue_max": 2})
     try:
         with EventProducer(kafka_ns, "test") as prod:
+            prod.send(R.Task(R.Envelope.new("test", task_id="served"), question="q", source="mcp:test",
+                             group_size=1, metadata={"served_by": "mcp"}))  # already run by `serve`: not fanned out
             for i in range(2):
                 prod.send(R.Task(R.Envelope.new("test", task_id=f"task-{i}"), question=f"q{i}", source="test",
                                  group_size=2, metadata={"kind": "arithmetic"}))
@@ -68,4 +71,4 @@ def test_signal_tasks_are_requeued_and_flat_ones_retried_with_the_reason_in_the_
         final = wait_groups(kafka_ns, 5, timeout_s=2)
     finally:
         worker.stop()
-    assert len(final) == 4, sorted(final)
+    assert len(final) == 4 and ids.group_id("served") not in final, sorted(final)
