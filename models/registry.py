@@ -11,7 +11,9 @@ decide a status, so every service that follows that one topic agrees on who serv
 
 Per adapter name (a :class:`Line`), with ``canary_share`` (the ``[loop]`` setting) as the policy:
 
-- ``AdapterPublished`` announces a version. With ``canary_share == 0`` a version above the primary
+- ``AdapterPublished`` announces a version, unless it does not follow the line's lineage
+  (:mod:`~streamgrpo.models.lineage_check`: a version below 1, a self, newer or unknown parent, a
+  version not newer than the newest or far past it): then it changes nothing. With ``canary_share == 0`` a version above the primary
   becomes the primary at once (no A/B test). Otherwise it is a *candidate*: the candidates are the
   versions above the primary that are not rolled back, rejected, retired or awaiting approval, and
   the newest of them (or of those awaiting approval) is the *canary* that serves the canary share.
@@ -41,6 +43,7 @@ publishing into one adapter name.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -48,6 +51,7 @@ from typing import TypeAlias
 
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
+from streamgrpo.models import lineage_check
 from streamgrpo.topics.dedup import RecentIds
 
 AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRolledBack | R.AdapterApproved
@@ -55,6 +59,7 @@ AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRol
 LIFECYCLE_EVENTS = (R.AdapterPublished, R.AdapterPromoted, R.AdapterRolledBack, R.AdapterApproved,
                     R.AdapterRejected, R.AdapterVerdict)
 SAMPLES_TOPIC_SUFFIX = "training-samples"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -232,6 +237,9 @@ Outcome: TypeAlias = tuple[Line, list[Change], bool]  # (line, changes, the runn
 def _published(line: Line, event: R.AdapterPublished, canary_share: float) -> Outcome:
     v = event.version
     if v in line.announced:
+        return line, [], False
+    if (why := lineage_check.refusal(event, line.announced, line.latest)) is not None:
+        log.warning("AdapterPublished %s@v%d refused: %s", event.adapter_name, v, why)
         return line, [], False
     ann = Announcement.of(event)
     at = event.envelope.event_time

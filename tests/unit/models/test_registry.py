@@ -169,7 +169,7 @@ def test_redelivered_decisions_are_folded_once() -> None:
 
 
 def test_names_are_separate_and_other_events_are_ignored() -> None:
-    state, changes = apply(RegistryState(), published(3, name="other"), 0.0)
+    state, changes = apply(RegistryState(), published(3, name="other", parent=None), 0.0)
     assert state.line("other").primary == 3 and state.line("planner").primary == 0
     same, none = apply(state, R.Task(R.Envelope.new("t"), "q", "s", 2), 0.0)
     assert same is state and none == []

@@ -77,7 +77,7 @@ def test_loop_gauges_and_arms_come_from_the_workers_view(tmp_path: Path) -> None
     published = next(e for e in sample_events() if isinstance(e, R.AdapterPublished))
     for v in (1, 2):
         view.apply(dataclasses.replace(published, envelope=R.Envelope.new("trainer"), adapter_name="planner",
-                                       version=v))
+                                       version=v, parent_version=v - 1 or None))
     view.note_requested("g1", 4)
     view.note_requested("g2", 4)
     m = metrics.start("streams", 0)
@@ -99,7 +99,7 @@ def test_eval_gauges_show_the_newest_evaluated_version_and_the_primary() -> None
     evaluation = next(e for e in sample_events() if isinstance(e, R.EvaluationCompleted))
     for v in (1, 2):
         life.apply(dataclasses.replace(published, envelope=R.Envelope.new("trainer"), adapter_name="planner",
-                                       version=v))
+                                       version=v, parent_version=v - 1 or None))
     m = metrics.start("streams", 0)
     try:
         eval_gauges(life)  # nothing evaluated yet: no accuracy series
