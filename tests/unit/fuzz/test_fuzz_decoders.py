@@ -94,3 +94,43 @@ def test_the_consumer_classifies_every_record(value: bytes, topic: str) -> None:
 def test_every_sample_event_round_trips(event: R.Event) -> None:
     """The corpus the mutations start from is valid (else the mutation tests would prove little)."""
     assert CODEC.decode(CODEC.encode(event)) == event
+
+
+# --- registry framing (Confluent wire format): writer schemas a producer could register --------------
+REG_CODEC = Codec("mock://fuzz-decoders")
+_WRITERS = [
+    "string", "long", "null", {"type": "array", "items": "string"}, {"type": "map", "values": "long"},
+    {"type": "enum", "name": "E", "symbols": ["A", "B"]}, {"type": "fixed", "name": "F", "size": 4},
+    ["null", "string"],
+    {"type": "record", "name": "RolloutCompleted", "namespace": "streamgrpo.events",
+     "fields": [{"name": "question", "type": "int"}]},
+    {"type": "record", "name": "Task", "namespace": "streamgrpo.events", "fields": []},
+    {"type": "record", "name": "Unknown", "namespace": "elsewhere", "fields": [{"name": "x", "type": "string"}]},
+]
+
+
+def _registered_ids() -> list[int]:
+    import json
+
+    from confluent_kafka.schema_registry import Schema
+
+    ids = [REG_CODEC.schema_registry.register_schema(f"fuzz-{i}", Schema(json.dumps(w), "AVRO"))
+           for i, w in enumerate(_WRITERS)]
+    REG_CODEC.encode(EVENTS[0], "tasks")  # and the real schema of one event
+    return ids + list(range(max(ids) + 1, max(ids) + 4)) + [0, 2**32 - 1]  # the next ids: real or unknown
+
+
+REG_IDS = _registered_ids()
+
+
+@FUZZ
+@given(st.sampled_from(REG_IDS), st.binary(max_size=256))
+def test_a_registry_framed_record_decodes_or_raises_decode_error(schema_id: int, body: bytes) -> None:
+    # issue 24, finding 4: a non-record or incompatible writer schema raised TypeError / SchemaResolutionError
+    import struct
+
+    try:
+        event = REG_CODEC.decode(b"\x00" + struct.pack(">I", schema_id) + body)
+    except DecodeError:
+        return
+    assert isinstance(event, R.Event)
