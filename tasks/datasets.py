@@ -303,6 +303,10 @@ def from_generic(n: int, rec: Mapping[str, Any]) -> TaskRow:
                 raise RowError(n, "metadata", f"not a JSON object ({exc.msg})") from exc
         if not isinstance(raw_meta, Mapping):
             raise RowError(n, "metadata", f"must be an object, got {type(raw_meta).__name__}")
+        for k, v in raw_meta.items():
+            if isinstance(v, (Mapping, list)):  # str() would write a Python repr of it (and recurse without bound)
+                raise RowError(n, "metadata", f"the value of {str(k)[:40]!r} must be a string, number or boolean, "
+                               f"got {type(v).__name__} (flatten it)")
         meta.update({str(k): _scalar(v) for k, v in raw_meta.items() if v is not None})
     if rec.get("id") is not None:
         meta["id"] = _scalar(rec["id"])

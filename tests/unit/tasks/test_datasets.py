@@ -85,6 +85,9 @@ def test_generic_csv_json_and_explicit_kind(tmp_path: Path) -> None:
         ([{"question": "q", "difficulty": 2.0}], "deepmath", 1, "final_answer", "missing"),
         ([{"question": "q", "final_answer": ""}], "generic", 1, "final_answer", "empty answer"),
         ([{"question": "q", "metadata": [1]}], "generic", 1, "metadata", "must be an object"),
+        # issue 24, finding 8: a nested value was written as its Python repr (and 100k deep recursed)
+        ([{"question": "q", "metadata": {"a": {"k": {"k": {}}}}}], "generic", 1, "metadata", "got dict"),
+        ([{"question": "q", "metadata": {"a": [1, 2]}}], "generic", 1, "metadata", "got list"),
     ],
 )
 def test_bad_rows_name_row_field_and_problem(tmp_path: Path, rows: list[dict[str, object]], kind: str,
