@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import time
@@ -69,12 +70,20 @@ def main() -> None:
     ap.add_argument("--solve", type=int, default=0, help="solve calls to time (0: skip)")
     ap.add_argument("--model", default=None)
     args = ap.parse_args()
-    for name, ms in tool_calls(args.calls).items():
+    calls = tool_calls(args.calls)
+    rows = [f"| {name} | {ms:.2f} |" for name, ms in calls.items()]
+    result: dict[str, object] = {"calls": args.calls, "solve_calls": args.solve, "tool_call_ms": calls}
+    for name, ms in calls.items():
         print(f"{name:28s} median {ms:8.2f} ms over {args.calls} calls")
     if args.solve:
         times = asyncio.run(solve_latency(args.solve, args.model))
+        result["solve_ms"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times)}
         print(f"{'solve (serve, stdio)':28s} median {statistics.median(times):8.0f} ms over {len(times)} calls "
               f"(min {min(times):.0f}, max {max(times):.0f})")
+        rows.append(f"| solve on `streamgrpo serve` (stdio, no broker; {len(times)} calls: "
+                    f"{min(times):,.0f}-{max(times):,.0f}) | {statistics.median(times):,.0f} |")
+    result["table"] = "\n".join(["| call | median ms |", "|---|---|", *rows])
+    print(json.dumps(result))  # the last line: bench/run_all.py reads it
 
 
 if __name__ == "__main__":
