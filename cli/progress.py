@@ -28,6 +28,7 @@ from typing import Any
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.lifecycle.health import VersionHealth, alarms
 from streamgrpo.models.registry import AdapterRegistry, Line, status
 from streamgrpo.models.stats import is_human
 from streamgrpo.topics.dedup import RecentIds
@@ -67,6 +68,8 @@ class Progress:
     canary_share: float = 0.5  # [loop] canary_share: how the registry fold derives primary and canary
     registry: AdapterRegistry = field(init=False)  # the one fold of adapter-events
     human_rewards: int = 0  # rewards with provenance human:<name>, kept apart from the judge's
+    health: dict[int, VersionHealth] = field(default_factory=lambda: defaultdict(VersionHealth))  # collapse signs
+    heldout_change: dict[str, Any] | None = None  # the final evaluation's paired difference, last vs base
     _seen: RecentIds = field(default_factory=RecentIds)
     started: float = field(default_factory=time.time)
 
@@ -85,6 +88,7 @@ class Progress:
             v, when = event.adapter_version, event.envelope.event_time
             if v not in self.first_served or when < self.first_served[v]:
                 self.first_served[v] = when
+            self.health[v].add_rollout(event.status is R.RolloutStatus.ANSWERED, sum(event.tool_calls.values()))
         elif isinstance(event, R.Reward) and is_human(event):
             self.human_rewards += 1
         elif isinstance(event, R.Reward) and event.status is R.RewardStatus.OK:
@@ -93,9 +97,11 @@ class Progress:
             s.total += event.score
             s.successes += event.score >= self.success_threshold
             self.rewards.append((t, event.adapter_version, event.score))
+            self.health[event.adapter_version].add_reward(event.score)
         elif isinstance(event, R.GroupClosed):
             self.groups += 1
             self.groups_training += event.trains
+            self.health[event.adapter_version].add_group(event.trains)
         elif isinstance(event, R.TrainingSample):
             self.samples += 1
         elif isinstance(event, R.EvaluationCompleted):
@@ -116,9 +122,15 @@ class Progress:
                         f"v{line.primary}, canary {'v' + str(line.canary) if line.canary is not None else '-'})")
         else:
             trainer, adapters = "waiting for samples", "adapters 0"
+        warnings = self.alarms()
+        alarm = f" | ALARM: {warnings[0]}" if warnings else ""
         return (f"tasks {self.tasks} | rollouts {self.rollouts} | groups {self.groups} ({self.groups_training} trained)"
                 f" | samples {self.samples} | reward {rewards} | trainer {trainer} | {adapters}"
-                f" | held-out {self.heldout_line()}")
+                f" | held-out {self.heldout_line()}{alarm}")
+
+    def alarms(self) -> list[str]:
+        """Collapse alarms over the versions served so far (:mod:`streamgrpo.lifecycle.health`)."""
+        return alarms(self.health)
 
     def lifecycle_line(self) -> Line:
         names = {a for a in self.registry.state.lines}
@@ -188,6 +200,10 @@ class Progress:
                              "t": e.envelope.event_time.timestamp() - self.started}
                             for e in self.evaluations],
             "notes": self.notes,
+            "heldout_change": self.heldout_change,
+            "health": {"per_version": {str(v): h.as_dict() for v, h in sorted(self.health.items())},
+                       "alarms": self.alarms(),
+                       "max_lora_b": {str(v): m["max_lora_b"] for _, v, _, m in self.adapters if "max_lora_b" in m}},
         }
 
     def plot(self, path: Path) -> None:

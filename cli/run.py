@@ -299,6 +299,27 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
     session.publish(runs, required=False, trigger="run-final")
     for r in runs:
         progress.apply(r.run.event(session.judge.info, trigger="run-final", service="run"))
+    if len(runs) == 2:
+        progress.heldout_change = heldout_change(runs[0].run.outcomes, runs[1].run.outcomes)
+        click.echo(f"held-out change, last adapter vs base: {progress.heldout_change['line']}")
+
+
+def heldout_change(base: Any, last: Any) -> dict[str, Any]:
+    """Paired difference (last - base) on the same held-out tasks, overall and per task kind, with 95 % CIs."""
+    from streamgrpo.evaluation.core import paired_difference
+
+    def one(a: Any, b: Any) -> dict[str, Any]:
+        d = paired_difference(a, b)
+        return {"tasks": d.tasks, "mean": d.mean, "ci_low": d.ci_low, "ci_high": d.ci_high,
+                "base_only": d.a_only, "last_only": d.b_only}
+
+    overall = one(base, last)
+    kinds = sorted({o.kind for o in base})
+    per_kind = {k: one([o for o in base if o.kind == k], [o for o in last if o.kind == k]) for k in kinds}
+    line = (f"{overall['mean'] * 100:+.1f} points [{overall['ci_low'] * 100:+.1f}, {overall['ci_high'] * 100:+.1f}] "
+            f"(paired, {overall['tasks']} tasks; " + ", ".join(f"{k} {v['mean'] * 100:+.1f}"
+                                                               for k, v in per_kind.items()) + ")")
+    return {**overall, "per_kind": per_kind, "line": line}
 
 
 def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
@@ -314,6 +335,8 @@ def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
     lines = ["# streamgrpo run report", "", f"![reward per adapter version]({plot.name})", ""]
     if plot_heldout(progress.evaluations, progress.started, out / "heldout_accuracy.png"):
         lines += ["![held-out accuracy per adapter version](heldout_accuracy.png)", ""]
+    alarms = summary["health"]["alarms"]
+    lines += [*(f"- **ALARM**: {a}" for a in alarms), ""] if alarms else []
     lines += _heldout_lines(summary) + _loop_lines(summary["loop"]) + lifecycle_lines(summary["lifecycle"])
     lines += [f"- {k}: {v}" for k, v in summary.items() if not isinstance(v, (dict, list))]
     lines += ["", "| adapter version | rewards | mean reward | success rate |", "|---|---|---|---|"]
@@ -330,6 +353,9 @@ def _heldout_lines(summary: dict[str, Any]) -> list[str]:
            "| version | accuracy | 95% CI | answered | parse failures |", "|---|---|---|---|---|"]
     out += [f"| v{e['version']} | {e['accuracy']:.3f} | [{e['ci_low']:.3f}, {e['ci_high']:.3f}] | "
             f"{e['answered_rate']:.3f} | {e['parse_failure_rate']:.3f} |" for e in final]
+    change = summary.get("heldout_change")
+    if change:
+        out += ["", f"**Change, last adapter vs base model: {change['line']}**"]
     return out + [""]
 
 

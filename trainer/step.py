@@ -7,7 +7,7 @@ the loss (its weights are global, so micro-batch losses add up to the full-batch
 off-policy correction is the loss config's), and backward. Then clip the gradient norm, step the
 optimizer and the LR schedule.
 
-Metrics: loss, pg_loss, kl, clip_frac, mean_adv (per rollout), tokens, grad_norm, lr,
+Metrics: loss, pg_loss, kl, clip_frac, mean_adv (per rollout), tokens, grad_norm, lr, max_lora_b,
 ``is_weight_mean`` (mean importance weight applied per action token) and ``tis_truncated_frac``
 (fraction of action tokens whose weight hit the cap), and per behaviour version ``v``:
 ``abs_log_ratio_v<v>`` / ``max_abs_log_ratio_v<v>``, the mean / max |trainer recomputation -
@@ -101,7 +101,16 @@ def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     if scheduler is not None:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return summarise(sums, micro, grad_norm, lr)
+    metrics = summarise(sums, micro, grad_norm, lr)
+    metrics["max_lora_b"] = max_lora_b(model)
+    return metrics
+
+
+def max_lora_b(model: Any) -> float:
+    """Largest |entry| of the LoRA B matrices (0 at initialisation; a collapse alarm when it runs away)."""
+    with torch.no_grad():
+        values = [float(p.detach().abs().max()) for n, p in model.named_parameters() if "lora_B" in n and p.numel()]
+    return max(values, default=0.0)
 
 
 def summarise(sums: dict[str, float], micro: Sequence[Batch], grad_norm: float, lr: float) -> dict[str, float]:

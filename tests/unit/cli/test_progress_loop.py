@@ -81,3 +81,42 @@ def test_lifecycle_decisions_and_human_rewards_in_the_report() -> None:
     assert "primary v1, canary -" in p.line()
     text = "\n".join(lifecycle_lines(life))
     assert "| v2 | rolled_back | human:bob | worse |" in text and "human rewards 1" in text
+
+
+def test_collapse_alarm_reaches_the_progress_line_and_the_report() -> None:
+    """Early versions use tools and sometimes answer right; late ones answer at once and never right."""
+    p = Progress()
+    n = 0
+    for v, status, calls, score, trains in [(0, R.RolloutStatus.MAX_TURNS, 3, 1.0, True),
+                                            (0, R.RolloutStatus.ANSWERED, 3, 0.0, True),
+                                            (6, R.RolloutStatus.ANSWERED, 0, 0.0, False),
+                                            (6, R.RolloutStatus.ANSWERED, 0, 0.0, False)]:
+        for _ in range(16):
+            n += 1
+            rid = f"r{n}"
+            p.apply(R.RolloutCompleted(env(n, group_id=f"g{n // 4}", rollout_id=rid), "q", "builtin", "a", calls + 1,
+                                       status, 4, "planner", v, 10, tool_calls={"calculator": calls} if calls else {}))
+            p.apply(R.Reward(env(n, group_id=f"g{n // 4}", rollout_id=rid), score, R.RewardStatus.OK,
+                             R.JudgeInfo("correct", "h"), 4, "planner", v, calls + 1, status))
+        for g in range(4):
+            p.apply(R.GroupClosed(env(n + g, group_id=f"c{v}{g}{n}"), R.GroupStatus.COMPLETE, 4, 4, score, 0.0,
+                                  "grpo", trains, "complete", v))
+    alarms = p.summary()["health"]["alarms"]
+    assert len(alarms) == 3 and "answered rate up 0.50 -> 1.00" in alarms[0], alarms
+    assert "ALARM: answered rate up" in p.line()
+    assert p.summary()["health"]["per_version"]["6"]["zero_variance_share"] == 1.0
+
+
+def test_the_report_states_the_heldout_change_with_its_ci_overall_and_per_kind() -> None:
+    from streamgrpo.cli.run import heldout_change
+    from streamgrpo.evaluation.core import Outcome
+
+    def outcomes(correct: list[bool]) -> list[Outcome]:
+        return [Outcome(i, "arithmetic" if i < 4 else "lookup", c, True, 2, 1, 10, 2, 0) for i, c in enumerate(correct)]
+
+    base = outcomes([True, False, False, False, False, False])
+    last = outcomes([True, True, True, False, False, False])
+    change = heldout_change(base, last)
+    assert change["tasks"] == 6 and change["mean"] == 2 / 6 and change["ci_low"] < change["mean"] < change["ci_high"]
+    assert change["per_kind"]["arithmetic"]["mean"] == 0.5 and change["per_kind"]["lookup"]["mean"] == 0.0
+    assert change["line"].startswith("+33.3 points [") and "arithmetic +50.0, lookup +0.0" in change["line"]
