@@ -9,7 +9,7 @@ What TRL 1.16 can express of the agent, and how (``GRPOTrainer(tools=[...])``):
 - the multi-turn loop: TRL parses each reply with a response template, runs the tool it names,
   appends the result and generates again (``max_tool_calling_iterations``); tool-result tokens
   are masked out of the loss and the whole trajectory shares one group-relative advantage;
-- the reward: streamgrpo's judge for source ``builtin`` (the hybrid judge) on the final answer.
+- the reward: streamgrpo's judge for source ``builtin`` (the default ``correct`` judge) on the final answer.
 
 SmolLM2's chat template renders no tool calls and TRL knows no response parser for it (its
 ``add_response_schema`` raises "Unrecognized chat template"), so this module supplies both:
@@ -20,14 +20,14 @@ What TRL cannot express (the run differs there, by construction):
 - the state prompt: streamgrpo re-renders each turn's prompt (question, analysis, the last 3
   steps with clipped observations); TRL appends turns to one growing conversation;
 - a reply that does not parse ends a TRL trajectory (streamgrpo shows the planner its error and
-  goes on); a tool call in the last allowed turn is not run (streamgrpo runs it and answers with
-  its output);
+  goes on); the last allowed turn is not constrained to an answer (streamgrpo's grammar forces one; TRL
+  1.16 has no per-turn logits processor for tool loops) -- a planner that never answers scores 0 on both;
 - per-turn budgets: TRL has one completion budget for all turns AND tool results
   (``max_completion_length``); the per-call cap is set through ``generation_kwargs``;
 - stopping at the end of the JSON object (streamgrpo's ``stop_at_json_end``): TRL generates to
   EOS or the cap;
-- the verifier and synthesiser roles (here: answer = the planner's answer, else the last tool
-  output, as streamgrpo's passthrough synthesiser does).
+- the verifier and synthesiser roles (here: answer = the planner's answer, else empty, as streamgrpo's
+  passthrough synthesiser does).
 
 Not covered: other base models (the template is SmolLM2's ChatML).
 """
@@ -188,17 +188,15 @@ class Outcome:
 
 def outcome_of(completion: Any, prefix: str) -> Outcome:
     """The final answer of a TRL completion (a list of messages, or text for single-turn runs):
-    the planner's answer if its last reply parses as one, else the last tool output (streamgrpo's
-    passthrough synthesiser); ANSWERED when the planner answered, else MAX_TURNS."""
+    the planner's answer if its last reply parses as one, else empty (streamgrpo's passthrough
+    synthesiser); ANSWERED when the planner answered, else MAX_TURNS."""
     from streamgrpo.rollout.roles import planner
 
     messages = completion if isinstance(completion, list) else [{"role": "assistant", "content": str(completion)}]
     calls: Counter[str] = Counter()
-    answer, last_tool, turns = None, "", 0
+    answer, turns = None, 0
     for m in messages:
         if m.get("role") == "tool":
-            text = str(m.get("content", ""))
-            last_tool = text if text and not text.startswith("error:") else last_tool
             continue
         turns += 1
         for tc in m.get("tool_calls") or []:
@@ -210,7 +208,7 @@ def outcome_of(completion: Any, prefix: str) -> Outcome:
                 answer = step.answer
     if answer is not None:
         return Outcome(str(answer), "ANSWERED", turns, dict(calls))
-    return Outcome(last_tool, "MAX_TURNS", turns, dict(calls))
+    return Outcome("", "MAX_TURNS", turns, dict(calls))
 
 
 @dataclass
