@@ -44,6 +44,8 @@ class TrainerConfig(StrictModel):
                       "fine-tuning on the policy's own successes, e.g. as a warm start).")
     raft_coef: float = Field(0.0, ge=0.0, le=10.0, description="Weight of a RAFT term (see `loss`) added to every "
                              "grpo/gspo step; 0 = off.")
+    raft_warmup_steps: int = Field(0, ge=0, le=1_000_000, description="A warm start from the log: the first this "
+                                   "many optimizer steps use the raft objective, then `loss`; 0 = off.")
     normalisation: str = Field("rollout_mean", description="Token aggregation inside a rollout: rollout_mean (mean over its tokens) or dr_grpo (sum / max_tokens). Rollouts are then averaged.")
     max_tokens: int = Field(512, ge=1, description="Dr.GRPO normalisation constant (tokens per rollout); used only with normalisation = dr_grpo.")
     eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Importance ratio clipped below at 1 - eps_low.")
@@ -91,6 +93,10 @@ class TrainerConfig(StrictModel):
     @property
     def group_id(self) -> str:
         return f"trainer.{self.adapter_name}.{self.run_name}"
+
+    def objective_at(self, step: int) -> str:
+        """The objective of optimizer step ``step`` (0-based): raft during the warm-up, then ``loss``."""
+        return "raft" if step < self.raft_warmup_steps else self.loss
 
     def loss_config(self) -> LossConfig:
         from streamgrpo.trainer.losses import LossConfig

@@ -312,10 +312,12 @@ def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: Traine
     batch = build_batch(samples, max_seq_len=cfg.max_seq_len, normalisation=cfg.normalisation,
                         max_tokens=cfg.max_tokens, temperature=cfg.temperature,
                         replay=grammar_replay(state, cfg) if constrained else None)
-    step_cfg = StepConfig(loss=build_loss(cfg.loss), loss_config=cfg.loss_config(), max_grad_norm=cfg.max_grad_norm,
+    objective = cfg.objective_at(state.step)
+    step_cfg = StepConfig(loss=build_loss(objective), loss_config=cfg.loss_config(), max_grad_norm=cfg.max_grad_norm,
                           share_prefix=cfg.share_prefix)
     metrics = optimizer_step(state.model, state.optimizer, state.scheduler,
                              micro_batches(batch, cfg.micro_batch_tokens, cfg.share_prefix), step_cfg)
+    metrics["raft_phase"] = float(objective == "raft" and cfg.loss != "raft")
     state.step += 1
     return metrics
 

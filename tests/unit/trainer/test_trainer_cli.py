@@ -42,3 +42,11 @@ def test_cli_rejects_bad_option_before_loading_anything():
     result = CliRunner().invoke(trainer, ["--loss", "nope", "--bootstrap", "127.0.0.1:1"], obj={})
     assert result.exit_code != 0
     assert "loss" in str(result.exception)
+
+
+def test_raft_warm_start_phase_then_the_configured_loss():
+    from streamgrpo.trainer.config import TrainerConfig
+
+    cfg = TrainerConfig(base_model="unused", loss="grpo", raft_warmup_steps=2)
+    assert [cfg.objective_at(s) for s in range(4)] == ["raft", "raft", "grpo", "grpo"]
+    assert TrainerConfig(base_model="unused").objective_at(0) == "grpo"
