@@ -19,6 +19,7 @@ from typing import Any
 
 from streamgrpo.analysis import plots
 from streamgrpo.archive.errors import ArchiveError
+from streamgrpo.avro import provenance
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Report:
     required: tuple[str, ...] = field(default_factory=tuple)
 
 
-_JUDGE = "judge.name NOT LIKE 'human:%'"
+_JUDGE = provenance.JUDGE_SQL
 #: One row per completed rollout with its outcome (see the module docstring).
 OUTCOMES = f"""outcomes AS (
     SELECT c.rollout_id, c.group_id, c.adapter_name, c.adapter_version, c.status, c.turns,

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from streamgrpo.archive import duck
+from streamgrpo.avro import provenance
 from streamgrpo.lifecycle import pacing
 
 
@@ -44,7 +45,7 @@ class View:
     sql: str
 
 
-_JUDGE_REWARDS = "SELECT * FROM rewards WHERE judge.name NOT LIKE 'human:%'"
+_JUDGE_REWARDS = f"SELECT * FROM rewards WHERE {provenance.JUDGE_SQL}"
 
 TRAJECTORY_STEPS = View(
     "trajectory_steps",

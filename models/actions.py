@@ -20,20 +20,20 @@ in log order and ignores a promotion of a version discarded meanwhile).
 
 from __future__ import annotations
 
+from streamgrpo.avro import provenance
 from streamgrpo.avro import records as R
 from streamgrpo.models.errors import AdapterActionError
 from streamgrpo.models.registry import Line, ancestors, status
 
-HUMAN_PREFIX = "human:"
 SERVICE = "adapters-cli"
 
 
 def operator(name: str) -> str:
     """``ada`` or ``human:ada`` -> ``human:ada``."""
-    bare = name[len(HUMAN_PREFIX):] if name.startswith(HUMAN_PREFIX) else name
-    if not bare.strip():
+    who = provenance.human(name)
+    if who is None:
         raise AdapterActionError("the operator's name is empty; pass --by NAME")
-    return HUMAN_PREFIX + bare.strip()
+    return who
 
 
 def _published(line: Line, version: int) -> None:

@@ -28,15 +28,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from streamgrpo.avro import provenance
 from streamgrpo.avro import records as R
 from streamgrpo.topics.dedup import RecentIds
-
-HUMAN_PREFIX = "human:"
 
 
 def is_human(reward: R.Reward) -> bool:
     """A person's reward (``streamgrpo label``), not a judge's."""
-    return reward.judge.name.startswith(HUMAN_PREFIX)
+    return provenance.is_human(reward.judge.name)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from streamgrpo.avro import ids
+from streamgrpo.avro import ids, provenance
 from streamgrpo.avro.codec import Codec
 from streamgrpo.avro.errors import EncodeError
 from streamgrpo.avro.records import (
@@ -279,10 +279,6 @@ def send_prepared(ready: Iterable[EncodedTask], producer: EventProducer, *,
 
 # ---------------------------------------------------------------------------------------------
 # human rewards: `streamgrpo label`
-#: Provenance prefix of a person's reward (the judge name of the Reward is ``human:<name>``).
-HUMAN_PREFIX = "human:"
-
-
 class LabelError(TopicsError, ValueError):
     """A label cannot be written (unknown rollout, score out of range, no labeller); nothing was sent."""
 
@@ -297,10 +293,10 @@ class Label:
 
 def labeller(name: str) -> str:
     """``ada`` or ``human:ada`` -> ``human:ada`` (a LabelError for an empty name)."""
-    bare = name[len(HUMAN_PREFIX):] if name.startswith(HUMAN_PREFIX) else name
-    if not bare.strip():
+    who = provenance.human(name)
+    if who is None:
         raise LabelError("the labeller's name is empty; pass --by NAME")
-    return HUMAN_PREFIX + bare.strip()
+    return who
 
 
 def human_reward(done: RolloutCompleted, score: float, by: str) -> Reward:
