@@ -155,6 +155,16 @@ class StreamsContext:
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] += n
 
+    def must_yield(self) -> bool:
+        """True while the worker stops or a rebalance revokes its partitions: an agent waiting on anything but
+        its input (the fan-out's admission) stops waiting and hands its event back (:meth:`hand_back`)."""
+        return faust_transport.must_yield(self.app)
+
+    def hand_back(self, ev: FaustEvent) -> None:
+        """Leave ``ev`` unacknowledged: its offset is not committed and it is delivered again after the
+        rebalance or restart (to this worker or another); the stop or rebalance no longer waits for it."""
+        faust_transport.hand_back(self.app, ev.message)
+
     async def send(self, event: R.Event, topic: str | None = None,
                    partition: int | None = None) -> Awaitable[RecordMetadata]:
         """Encode and send ``event`` to its catalog topic; returns the delivery future (await it to wait)."""

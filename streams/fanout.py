@@ -21,8 +21,11 @@ record the broker refuses.
 Thin agent: consumes ``tasks``; waits for the worker's
 :class:`~streamgrpo.streams.follower.StreamsFollower` to catch up; while admission says wait, it
 sleeps (backpressure: the task is not acknowledged, the consumer stops fetching once its buffer is
-full; nothing is dropped). A task whose group already appears on ``rollout-requests`` (a redelivery
-after a crash) is skipped.
+full; nothing is dropped). The wait yields to a stop or a rebalance (checked every ``admission_poll_s``;
+:meth:`~streamgrpo.streams.app.StreamsContext.must_yield`): the held task is handed back unacknowledged, its
+offset is not committed, and it is delivered again after the rebalance or restart, so neither waits for
+admission (which frees only when the window, paused by that rebalance, closes groups). A task whose group
+already appears on ``rollout-requests`` (a redelivery after a crash) is skipped.
 Curriculum (:mod:`streamgrpo.streams.curriculum`, ``[streams] curriculum``, on by default): before each
 new task, and every second while no task arrives, the tasks the curriculum has due (a task whose last
 group had reward variance, then parked tasks whose time has come) are fanned out first, under the same
@@ -34,6 +37,7 @@ between new tasks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -124,6 +128,7 @@ def register(ctx: StreamsContext) -> None:
     curriculum = Curriculum(curriculum_policy(ctx.settings))
     view.on_closed.append(lambda event: _note(ctx, curriculum.closed(event)))
     lock = asyncio.Lock()  # one admission decision at a time (the agent and the curriculum pump)
+    deferred: list[R.Task] = []  # due tasks whose send yielded to a stop or rebalance: sent first next time
 
     async def fanout_agent(stream: FaustStream) -> None:
         async for ev in stream.events():
@@ -140,26 +145,59 @@ def register(ctx: StreamsContext) -> None:
         if task.metadata.get("served_by"):  # already run by the server that produced it (streamgrpo serve)
             ctx.count("fanout.served_elsewhere")
             return
-        await follower.caught_up.wait()
+        if not await caught_up():
+            return hand_back(task, ev)
         async with lock:
-            while (due := curriculum.next_due()) is not None:  # tasks with signal go first
-                await send_group(due)
-            await send_group(task)
+            while (due := next_due()) is not None:  # tasks with signal go first
+                if not await send_group(due):
+                    deferred.insert(0, due)
+                    return hand_back(task, ev)
+            if not await send_group(task):
+                hand_back(task, ev)
 
-    async def send_group(task: R.Task) -> None:
-        group = ids.group_id(task.envelope.task_id or "", attempt_of(task))
-        if group in view.requested:
-            ctx.count("fanout.already_requested")
-            return
+    def next_due() -> R.Task | None:
+        return deferred.pop(0) if deferred else curriculum.next_due()
+
+    def hand_back(task: R.Task, ev: FaustEvent) -> None:
+        ctx.hand_back(ev)
+        ctx.count("fanout.handed_back")
+        log.info("fan-out: stop or rebalance; task %s handed back unacknowledged (delivered again)",
+                 task.envelope.task_id)
+
+    async def caught_up() -> bool:
+        """Waits for the follower; False when the worker must yield first (stop or rebalance)."""
+        while not follower.caught_up.is_set():
+            if ctx.must_yield():
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(follower.caught_up.wait(), ctx.settings.admission_poll_s)
+        return True
+
+    async def admitted(task: R.Task) -> bool:
+        """Waits until admission lets a group of ``task`` start; False when the worker must yield first."""
         waited = False
-        while (reason := admit(view.backlog(), task.group_size, policy)):
+        while not ctx.must_yield():
+            reason = admit(view.backlog(), task.group_size, policy)
+            if reason is None:
+                metrics.current().set(metrics.ADMISSION_BLOCKED, 0)
+                return True
             if not waited:
                 log.info("fan-out waiting: %s", reason)
                 ctx.count("fanout.backpressure")
                 metrics.current().set(metrics.ADMISSION_BLOCKED, 1)
                 waited = True
             await asyncio.sleep(ctx.settings.admission_poll_s)
-        metrics.current().set(metrics.ADMISSION_BLOCKED, 0)
+        return False
+
+    async def send_group(task: R.Task) -> bool:
+        """Fans out ``task``'s group once admitted (or skips a group already requested); False when the worker
+        yielded to a stop or rebalance instead (nothing sent)."""
+        group = ids.group_id(task.envelope.task_id or "", attempt_of(task))
+        if group in view.requested:
+            ctx.count("fanout.already_requested")
+            return True
+        if not await admitted(task):
+            return False
         version = choose_version(view.adapters(policy.adapter_name), group, ctx.settings.canary_share)
         requests = fan_out(task, version, policy)
         futures = [await ctx.send(r) for r in requests]
@@ -171,16 +209,19 @@ def register(ctx: StreamsContext) -> None:
             ctx.count(f"fanout.curriculum_{task.metadata['curriculum']}")
         metrics.current().inc(metrics.GROUPS_REQUESTED)
         metrics.current().set(metrics.GROUPS_OPEN, view.in_flight)
+        return True
 
     async def curriculum_pump() -> None:
         """Fans out due tasks while no new task arrives (the agent only runs on new tasks)."""
         await follower.caught_up.wait()
         while True:
             await asyncio.sleep(1.0)
-            if curriculum.pending and not lock.locked():
+            if (deferred or curriculum.pending) and not lock.locked():
                 async with lock:
-                    while (due := curriculum.next_due()) is not None:
-                        await send_group(due)
+                    while (due := next_due()) is not None:
+                        if not await send_group(due):
+                            deferred.insert(0, due)
+                            break
 
     ctx.app.agent(ctx.topics["tasks"], name="streamgrpo.fanout")(fanout_agent)
     if ctx.settings.curriculum:

@@ -10,6 +10,14 @@ This is the one adaptation of a third-party internal in streams/: it sets the pr
 ``AIOKafkaConsumer._fetch_max_wait_ms`` (read by ``AIOKafkaConsumer.start()``) before the consumer
 starts, and is guarded by :data:`SUPPORTED` plus ``tests/unit/streams/test_streams_transport.py``,
 which fails when faust or aiokafka change what it relies on.
+
+Yielding to stop and rebalance (:func:`must_yield`, :func:`hand_back`; public Faust API only, guarded by the
+same test): before a stop or a rebalance, Faust suspends its flow control and then waits until every event an
+agent has started is acknowledged (``Consumer.wait_empty``). An agent that waits on something else (the
+fan-out's admission, which frees only when the window, paused by that rebalance, closes groups) would hold
+both forever. Such an agent checks :func:`must_yield` while it waits and, when it is true, hands its event back:
+one extra reference keeps the message from ever being acknowledged (so its offset is never committed and the
+event is delivered again after the rebalance or restart), and it leaves the set ``wait_empty`` waits on.
 """
 
 from __future__ import annotations
@@ -46,6 +54,18 @@ class Consumer(faust_aiokafka.Consumer):
 
 class Transport(faust_aiokafka.Transport):
     Consumer = Consumer
+
+
+def must_yield(app: faust.App) -> bool:
+    """True while ``app`` stops or a rebalance revokes its partitions (Faust's flow control is suspended)."""
+    return bool(app.should_stop) or not app.flow_control.is_active()
+
+
+def hand_back(app: faust.App, message: Any) -> None:
+    """Leave the ``faust.types.Message`` an agent is processing unacknowledged for good (never committed, so
+    delivered again after the rebalance or restart) and let ``wait_empty`` stop waiting for it."""
+    message.incref()
+    app.consumer.unacked.discard(message)
 
 
 def register() -> str:

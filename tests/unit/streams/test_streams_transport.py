@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from pathlib import Path
 
 import aiokafka
+import faust
 from faust.transport import drivers
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+from faust.types.tuples import ConsumerMessage
 
 from streamgrpo.streams import faust_transport
 
@@ -31,3 +35,42 @@ def test_faust_hooks_exist_and_scheme_resolves() -> None:
     assert hasattr(faust_aiokafka.Consumer, "_new_consumer_thread")
     scheme = faust_transport.register()
     assert drivers.by_url(f"{scheme}://127.0.0.1:9092") is faust_transport.Transport
+
+
+def test_a_handed_back_message_is_never_acked_nor_waited_for() -> None:
+    """What the fan-out's yield to stop/rebalance relies on: the stream's ack after the agent moves on does not
+    ack a handed-back message (no commit past it) and ``wait_empty`` no longer waits for it."""
+
+    async def run() -> None:
+        app = faust.App("canary", broker="kafka://127.0.0.1:1")
+        consumer = app.consumer
+        tp = TP("tasks", 0)
+        held = ConsumerMessage("tasks", 0, 5, 0.0, None, [], b"k", b"v", None, tp=tp)
+        consumer.track_message(held)  # what the conductor does before delivery
+        held.incref()  # the stream's reference
+        assert held in consumer.unacked
+        faust_transport.hand_back(app, held)
+        assert held not in consumer.unacked
+        assert held.ack(consumer) is False and not held.acked  # the stream's ack in its finally
+        assert list(consumer._acked[tp]) == []  # nothing to commit
+        await asyncio.wait_for(consumer.wait_empty(), 5)
+
+    asyncio.run(run())
+    # the C iterator that inlines Message.ack acks only when the refcount reaches zero
+    pyx = (Path(faust.__file__).parent / "_cython" / "streams.pyx").read_text()
+    after = pyx[pyx.index("cpdef object after"):]
+    assert "refcount -= 1" in after and "if not refcount:" in after
+
+
+def test_must_yield_follows_faust_flow_control_and_stop() -> None:
+    async def run() -> None:
+        app = faust.App("canary", broker="kafka://127.0.0.1:1")
+        app.flow_control.resume()  # streams running
+        assert not faust_transport.must_yield(app)
+        app.flow_control.suspend()  # what a rebalance's revoke and a stop do before wait_empty
+        assert faust_transport.must_yield(app)
+        app.flow_control.resume()
+        app._stopped.set()  # Service.stop() sets it before on_stop()
+        assert faust_transport.must_yield(app)
+
+    asyncio.run(run())
