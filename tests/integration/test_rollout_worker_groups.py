@@ -90,7 +90,9 @@ def test_worker_emits_complete_event_sets_for_two_groups(kafka_ns: KafkaSettings
             assert a.prompt_token_ids and a.adapter_name == "planner" and a.adapter_version == 0
             # the request's sampling, with the planner grammar the local policy applied (constrain=auto)
             assert ctx.constraint is not None
-            assert a.sampling == dataclasses.replace(req.sampling, constraint=ctx.constraint.descriptor)
+            grammar = ctx.grammar_for(req)  # the worker's grammar, its answer turn = the request's max_turns
+            assert grammar is not None and grammar.grammar.answer_turn == req.max_turns
+            assert a.sampling == dataclasses.replace(req.sampling, constraint=grammar.descriptor)
             assert a.envelope.event_id == ids.derived_id("planner_action", rid, a.envelope.turn)
         tool_turns = [a.envelope.turn for a in actions if a.tool and not a.is_final]
         assert sorted(o.envelope.turn for o in got["tool-observations"]) == tool_turns
