@@ -5,7 +5,7 @@ Modules (functional core first, imperative shell last):
 - ``batching``: TrainingSample list -> padded, weighted tensors; admission (stale, malformed...); pure.
 - ``schedules``: LR schedules (constant, linear, cosine).
 - ``step``: one optimizer step (micro-batch accumulation, clipping) -> metrics; no Kafka, no disk.
-- ``model``: base model (from :mod:`streamgrpo.models.base`) + LoRA / QLoRA (peft; bitsandbytes only on CUDA), ``tiny_model`` for tests.
+- ``model``: base model (from :mod:`streamgrpo.models.base`) + LoRA / QLoRA (peft; bitsandbytes only on CUDA).
 - ``lineage``: consumed offset ranges of each adapter.
 - ``loop``: consume -> step -> store (:mod:`streamgrpo.models.adapter_store`) -> announce AdapterPublished -> commit offsets; resume.
 - ``cli``: ``streamgrpo trainer``.  ``config``: TrainerConfig.

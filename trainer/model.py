@@ -10,7 +10,6 @@
   over the FULL vocabulary (top-p only truncated sampling), with each row's own temperature ``T``,
   the output head in fp32 on the action positions only, and optionally each shared prompt prefix
   computed once (:mod:`~streamgrpo.trainer.prefix`).
-- :func:`tiny_model` builds a tiny Llama with a character-level tokenizer in-process, for tests.
 
 The reference policy for the KL term is the same model with the adapter disabled
 (``model.disable_adapter()``): no second copy of the weights.
@@ -20,7 +19,6 @@ Not covered: multi-GPU / FSDP, full fine-tuning, merging adapters into the base.
 from __future__ import annotations
 
 import logging
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,35 +239,3 @@ def _decoder_and_head(model: Any) -> tuple[Any, Any] | None:
     if decoder is None or head is None or decoder is base:
         return None
     return decoder, head
-
-
-def char_tokenizer() -> Any:
-    """A character-level ``PreTrainedTokenizerFast`` over printable ASCII (99 ids; 0 = pad, 1 = bos, 2 = eos)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<pad>", "<s>", "</s>", "<unk>"]
-    vocab = {t: i for i, t in enumerate(specials + list(string.printable[:95]))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-
-
-def tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2) -> tuple[Any, Any]:
-    """A tiny Llama (fp32, CPU) with :func:`char_tokenizer`, deterministic for ``seed``. For tests:
-    ``model.save_pretrained(dir)`` gives a directory usable as ``base_model``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    return model.float().eval(), tokenizer

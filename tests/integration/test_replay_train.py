@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from support.samples import make_samples
+from support.tiny_model import tiny_model
 
 from streamgrpo.analysis.snapshot import snapshot
 from streamgrpo.avro import records as R
@@ -23,7 +24,6 @@ from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import run_trainer
-from streamgrpo.trainer.model import tiny_model
 
 pytestmark = pytest.mark.broker
 

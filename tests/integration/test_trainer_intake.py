@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from aiokafka import TopicPartition
 from support.samples import make_samples
+from support.tiny_model import tiny_model
 
 from streamgrpo.topics.clients import topic_name
 from streamgrpo.topics.consumer import EventConsumer
@@ -14,7 +15,6 @@ from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import SAMPLES_TOPIC, SERVICE, collect, resume
-from streamgrpo.trainer.model import tiny_model
 
 pytestmark = pytest.mark.broker
 

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 import pytest
 from support.samples import make_samples
+from support.tiny_model import tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.models import adapter_store as store
@@ -14,7 +15,6 @@ from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import run_trainer
-from streamgrpo.trainer.model import tiny_model
 
 pytestmark = pytest.mark.broker
 

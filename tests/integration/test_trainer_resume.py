@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 from support.samples import make_samples
+from support.tiny_model import tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.models import adapter_store as store
@@ -20,7 +21,6 @@ from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import SAMPLES_TOPIC, SERVICE, collect, publish, resume, run_trainer, train_step
-from streamgrpo.trainer.model import tiny_model
 
 pytestmark = pytest.mark.broker
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from support.samples import make_samples
+from support.tiny_model import tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.models import adapter_store as store
@@ -17,7 +18,6 @@ from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import run_trainer
-from streamgrpo.trainer.model import tiny_model
 
 pytestmark = pytest.mark.broker
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.samples import make_samples
+from support.tiny_model import tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings, load
@@ -24,7 +25,6 @@ from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import SAMPLES_TOPIC, SERVICE
-from streamgrpo.trainer.model import tiny_model
 
 pytestmark = pytest.mark.broker
 

@@ -7,11 +7,12 @@ import json
 import pytest
 import torch
 from support.samples import make_samples
+from support.tiny_model import tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.models import adapter_store as store
 from streamgrpo.models.errors import AdapterIntegrityError, AdapterStoreError
-from streamgrpo.trainer.model import ModelSpec, attach_lora, tiny_model
+from streamgrpo.trainer.model import ModelSpec, attach_lora
 
 SPEC = ModelSpec(base_model="unused", lora_rank=4, lora_alpha=8, device="cpu")
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import copy
 
 import torch
+from support.tiny_model import tiny_model
 
 from streamgrpo.rollout.policy.sampling import behaviour_logprobs, sample_batch
 from streamgrpo.trainer.losses import LossConfig, LossInputs, build_loss
-from streamgrpo.trainer.model import ModelSpec, attach_lora, tiny_model, token_logprobs
+from streamgrpo.trainer.model import ModelSpec, attach_lora, token_logprobs
 
 TEMPERATURE = 0.8
 

@@ -8,11 +8,12 @@ behaviour log-probs recorded at sampling time exactly as a rollout worker would.
 from __future__ import annotations
 
 import torch
+from support.tiny_model import tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.trainer.batching import build_batch, micro_batches
 from streamgrpo.trainer.losses import LossConfig, build_loss
-from streamgrpo.trainer.model import ModelSpec, attach_lora, tiny_model, token_logprobs
+from streamgrpo.trainer.model import ModelSpec, attach_lora, token_logprobs
 from streamgrpo.trainer.step import StepConfig, build_optimizer, optimizer_step
 
 TEMPERATURE = 1.0

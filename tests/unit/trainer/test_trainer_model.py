@@ -7,10 +7,11 @@ import sys
 
 import pytest
 import torch
+from support.tiny_model import tiny_model
 
 from streamgrpo.models.base import DEFAULT_BASE_MODEL, bundled_gguf_path, resolve_base_model
 from streamgrpo.trainer.errors import ModelConfigError
-from streamgrpo.trainer.model import ModelSpec, load_policy, tiny_model, token_logprobs
+from streamgrpo.trainer.model import ModelSpec, load_policy, token_logprobs
 
 
 def test_base_model_module_imports_nothing_heavy():

@@ -8,12 +8,13 @@ import copy
 import pytest
 import torch
 from support.samples import make_samples
+from support.tiny_model import tiny_model
 
 from streamgrpo.trainer import precision as P
 from streamgrpo.trainer.batching import build_batch, micro_batches
 from streamgrpo.trainer.errors import ModelConfigError
 from streamgrpo.trainer.losses import LossConfig, build_loss
-from streamgrpo.trainer.model import ModelSpec, attach_lora, load_policy, tiny_model, token_logprobs
+from streamgrpo.trainer.model import ModelSpec, attach_lora, load_policy, token_logprobs
 from streamgrpo.trainer.step import StepConfig, accumulate_gradients, build_optimizer, optimizer_step
 
 CPU = torch.device("cpu")

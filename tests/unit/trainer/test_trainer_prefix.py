@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.tiny_model import tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.trainer import prefix
 from streamgrpo.trainer.batching import build_batch, micro_batches
 from streamgrpo.trainer.losses import LossConfig, build_loss
-from streamgrpo.trainer.model import ModelSpec, attach_lora, tiny_model, token_logprobs
+from streamgrpo.trainer.model import ModelSpec, attach_lora, token_logprobs
 from streamgrpo.trainer.step import StepConfig, accumulate_gradients, build_optimizer, optimizer_step
 
 SYSTEM = "You plan the steps of a tool-using assistant. Reply with ONE JSON object only. Tools: calc, search.\n"

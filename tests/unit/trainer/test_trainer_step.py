@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 from support.samples import make_samples
+from support.tiny_model import tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.trainer.batching import build_batch, micro_batches
 from streamgrpo.trainer.losses import LossConfig, build_loss
-from streamgrpo.trainer.model import ModelSpec, attach_lora, tiny_model, token_logprobs
+from streamgrpo.trainer.model import ModelSpec, attach_lora, token_logprobs
 from streamgrpo.trainer.schedules import build_scheduler
 from streamgrpo.trainer.step import StepConfig, accumulate_gradients, build_optimizer, optimizer_step
 
