@@ -34,11 +34,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
-
-import torch
+from typing import Protocol
 
 from streamgrpo import metrics as M
 from streamgrpo.avro import ids
@@ -51,7 +47,6 @@ from streamgrpo.models.base import resolve_base_model
 from streamgrpo.models.grammar import GrammarReplay
 from streamgrpo.models.registry import AdapterRegistry, ancestors
 from streamgrpo.topics.consumer import EventConsumer
-from streamgrpo.topics.dedup import RecentIds
 from streamgrpo.topics.follow import iter_topic, read_topic
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.topics.received import Received
@@ -59,13 +54,12 @@ from streamgrpo.trainer import rollback
 from streamgrpo.trainer.batching import build_batch, drop_reason, micro_batches
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.errors import TrainerError
-from streamgrpo.trainer.intake import Intake, capacity
+from streamgrpo.trainer.intake import capacity
 from streamgrpo.trainer.lineage import Lineage, already_trained, parse_tp_key
 from streamgrpo.trainer.losses import build_loss
-from streamgrpo.trainer.model import load_policy
 from streamgrpo.trainer.rollback import check_rollback, drop_reason_for
-from streamgrpo.trainer.schedules import build_scheduler
-from streamgrpo.trainer.step import StepConfig, build_optimizer, optimizer_step
+from streamgrpo.trainer.state import TrainerState, resume
+from streamgrpo.trainer.step import StepConfig, optimizer_step
 
 log = logging.getLogger(__name__)
 SERVICE = "trainer"
@@ -76,26 +70,6 @@ DEDUP_LOOKBACK = 5000
 #: How long a poll waits for more records once the intake holds a step's worth (ms): long enough for a group
 #: that closed at about the same time as the one just received (each step waits this long once more).
 DRAIN_MS = 100
-
-
-@dataclass
-class TrainerState:
-    """Everything that changes while training."""
-
-    model: Any
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    version: int = 0  # the version the weights are (0: fresh adapter); the next publication's parent
-    published: int = 0  # highest version number stored (the next publication is published + 1)
-    registry: AdapterRegistry | None = None  # the adapter-events fold (rollbacks), fed by rollback.follow
-    step: int = 0
-    committed: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset
-    lineage: Lineage = field(default_factory=Lineage)  # consumed since the latest stored version
-    dropped: Counter[str] = field(default_factory=Counter)
-    seen: RecentIds = field(default_factory=RecentIds)
-    last_metrics: dict[str, float] = field(default_factory=dict)
-    replay: GrammarReplay | None = None  # built at the first sample sampled under a grammar
-    intake: Intake = field(default_factory=Intake)  # polled, not yet taken into a step
 
 
 def grammar_replay(state: TrainerState, cfg: TrainerConfig) -> GrammarReplay:
@@ -125,37 +99,6 @@ def replay_error(sample: R.TrainingSample, replay: GrammarReplay) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
-
-
-def build_training(cfg: TrainerConfig, path: Path | None) -> tuple[Any, torch.optim.Optimizer, Any]:
-    """Model, optimizer and scheduler: the adapter stored at ``path`` with its optimizer/scheduler state, or a
-    fresh adapter (``path`` None)."""
-    model = load_policy(cfg.model_spec(), adapter_dir=path)
-    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay)
-    scheduler = build_scheduler(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps,
-                                total_steps=cfg.schedule_steps, min_ratio=cfg.min_lr_ratio)
-    saved = (store.load_trainer_state(path) if path is not None else None) or {}
-    if "optimizer" in saved:
-        optimizer.load_state_dict(saved["optimizer"])
-    if "scheduler" in saved:
-        scheduler.load_state_dict(saved["scheduler"])
-    return model, optimizer, scheduler
-
-
-def resume(cfg: TrainerConfig) -> TrainerState:
-    """Load the newest stored adapter + optimizer state, or start a fresh adapter."""
-    torch.manual_seed(cfg.seed)
-    found = store.latest(cfg.adapter_store, cfg.adapter_name)
-    if found is not None and found[1].base_model != cfg.base_model:
-        raise TrainerError(f"{found[0]} was trained on base model {found[1].base_model!r}, not {cfg.base_model!r}; "
-                           "use another adapter_name or adapter_store")
-    state = TrainerState(*build_training(cfg, found[0] if found else None))
-    if found is not None:
-        path, manifest = found
-        state.version, state.step, state.committed = manifest.version, manifest.trainer_step, dict(manifest.committed)
-        state.published = manifest.version
-        log.info("resumed %s v%d (step %d) from %s", cfg.adapter_name, state.version, state.step, path)
-    return state
 
 
 def remember_trained(state: TrainerState, kafka: KafkaSettings, lookback: int = DEDUP_LOOKBACK) -> int:

@@ -23,17 +23,15 @@ discarded versions' files (they stay in the adapter store, immutable).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle import pacing
+from streamgrpo.models import adapter_store as store
 from streamgrpo.models.registry import Line, ancestors
 from streamgrpo.topics.follow import LogFollower, fold_events
-
-if TYPE_CHECKING:
-    from streamgrpo.trainer.config import TrainerConfig
-    from streamgrpo.trainer.loop import TrainerState
+from streamgrpo.trainer.config import TrainerConfig
+from streamgrpo.trainer.state import TrainerState, build_training
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +58,6 @@ def drop_reason_for(sample: R.TrainingSample, line: Line | None, current: int, *
 def restore(state: TrainerState, cfg: TrainerConfig, version: int) -> None:
     """Replace the trainer's weights, optimizer and scheduler with those stored for ``version`` (0: a fresh adapter
     on the base model); the step count, committed offsets and version numbering stay."""
-    from streamgrpo.models import adapter_store as store
-    from streamgrpo.trainer.loop import build_training
-
     path = store.version_dir(cfg.adapter_store, cfg.adapter_name, version) if version else None
     if path is not None and not path.is_dir():
         raise FileNotFoundError(f"the primary {cfg.adapter_name}@v{version} is not in the adapter store "

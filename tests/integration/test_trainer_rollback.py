@@ -75,8 +75,9 @@ def test_after_a_rollback_the_next_adapter_continues_from_the_primary(kafka_ns, 
 
 
 def test_restore_loads_exactly_the_primarys_weights_and_optimizer_state(tiny_base, tmp_path) -> None:
-    from streamgrpo.trainer.loop import TrainerState, build_training, publish
+    from streamgrpo.trainer.loop import publish
     from streamgrpo.trainer.rollback import restore
+    from streamgrpo.trainer.state import TrainerState, build_training
 
     cfg = config(tiny_base, tmp_path)
 
