@@ -39,3 +39,8 @@ class AdapterRefusedError(RolloutError):
 
 class VLLMServerError(RolloutError):
     """A vLLM server this process starts could not be started, did not become ready, or died."""
+
+
+class WorkerStopping(RolloutError):
+    """The worker was asked to stop while a group waited for its adapter: the group emits nothing and its
+    requests are not committed (they are delivered again to the next owner of their partition)."""

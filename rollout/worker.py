@@ -23,6 +23,10 @@ becomes available, the group's rollouts end as ERROR ``"adapter <name>@v<N> not 
 unless ``serve_resident_fallback`` is on, in which case the newest resident version (or the base
 model) serves and every PlannerAction/RolloutCompleted records the version that ACTUALLY served.
 
+Stop (SIGTERM): the worker finishes the groups that are running, then exits. A group still waiting for its
+adapter version stops waiting (the stop is checked every :data:`STOP_CHECK_S`), emits nothing (no ERROR
+rollouts), and nothing of its batch is committed: the requests are delivered again to the next owner.
+
 What is covered: delivery semantics, grouping, adapter gating, bounded concurrency.
 What is not covered: pipelining across polls (the next poll waits until the current batch of
 groups finished and was committed), admission/pacing (the fan-out does it).
@@ -32,23 +36,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from streamgrpo import heartbeat, metrics
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.errors import PolicyError
+from streamgrpo.rollout.errors import PolicyError, WorkerStopping
 from streamgrpo.rollout.loop import LoopContext, RolloutResult, fail_group, run_group
 from streamgrpo.topics.errors import ProduceError
 from streamgrpo.topics.limits import MAX_TURNS
 
+if TYPE_CHECKING:
+    from streamgrpo.topics.consumer import EventConsumer
+
 log = logging.getLogger(__name__)
 
 TOPIC = "rollout-requests"
+#: Seconds between checks of the stop signal while a group waits for its adapter version.
+STOP_CHECK_S = 0.5
 
 
 @dataclass
@@ -93,26 +104,44 @@ class RolloutWorker:
         self.stats = WorkerStats()
         self._done: OrderedDict[str, None] = OrderedDict()
         self._slots = asyncio.Semaphore(config.concurrency)
+        self._stopping = threading.Event()  # the stop signal, as seen by the group threads
 
     # -- consumer loop --------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event, *, max_rollouts: int | None = None) -> WorkerStats:
         """Consume until ``stop`` is set (or ``max_rollouts`` were completed)."""
         from streamgrpo.topics.consumer import EventConsumer
 
-        async with EventConsumer(self.kafka, group_id=self.config.consumer_group, topics=[TOPIC],
-                                 service=self.config.service) as consumer:
-            while not stop.is_set():
-                batch = await self._gather(consumer)
-                heartbeat.beat()
-                if batch:
-                    await self.process(batch)
-                    await self._flush()
-                    for r in batch:
-                        self._remember(str(r.envelope.rollout_id))
-                await consumer.commit()
-                if max_rollouts is not None and self.stats.rollouts >= max_rollouts:
-                    break
+        watch = asyncio.create_task(self._watch(stop))
+        try:
+            async with EventConsumer(self.kafka, group_id=self.config.consumer_group, topics=[TOPIC],
+                                     service=self.config.service) as consumer:
+                await self._consume(consumer, stop, max_rollouts)
+        finally:
+            watch.cancel()
         return self.stats
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self._stopping.set()
+
+    async def _consume(self, consumer: EventConsumer, stop: asyncio.Event, max_rollouts: int | None) -> None:
+        while not stop.is_set():
+            batch = await self._gather(consumer)
+            heartbeat.beat()
+            if batch:
+                try:
+                    await self.process(batch)
+                except WorkerStopping as exc:
+                    await self._flush()  # what finished groups produced (a redelivery repeats the same ids)
+                    consumer.abandon()  # nothing of this batch is committed: its requests are delivered again
+                    log.info("stopping: %s", exc)
+                    return
+                await self._flush()
+                for r in batch:
+                    self._remember(str(r.envelope.rollout_id))
+            await consumer.commit()
+            if max_rollouts is not None and self.stats.rollouts >= max_rollouts:
+                return
 
     async def _gather(self, consumer: object) -> list[R.RolloutRequest]:
         cfg = self.config
@@ -127,8 +156,14 @@ class RolloutWorker:
         return fresh
 
     async def process(self, requests: Sequence[R.RolloutRequest]) -> None:
-        """Run every group in ``requests`` (at most ``concurrency`` at once) and produce their events."""
-        await asyncio.gather(*(self._one_group(g) for g in group_requests(requests)))
+        """Run every group in ``requests`` (at most ``concurrency`` at once) and produce their events.
+
+        Raises the first group's error once every group ended (:class:`WorkerStopping` only when a stop cut a
+        group short and nothing else failed)."""
+        ended = await asyncio.gather(*(self._one_group(g) for g in group_requests(requests)), return_exceptions=True)
+        errors = [e for e in ended if isinstance(e, BaseException)]
+        for e in sorted(errors, key=lambda e: isinstance(e, WorkerStopping)):
+            raise e
 
     async def _one_group(self, group: list[R.RolloutRequest]) -> None:
         async with self._slots:
@@ -189,10 +224,11 @@ class RolloutWorker:
             return 0, ""
         deadline = time.monotonic() + self.config.adapter_wait_s
         reason = "never became resident"
+        log.debug("waiting for %s@v%d (up to %g s)", name, version, self.config.adapter_wait_s)
         while True:
             try:
                 if self.follower is not None:
-                    self.follower.wait_announced(name, version, max(0.0, deadline - time.monotonic()))  # type: ignore[attr-defined]
+                    self._wait_announced(name, version, deadline)
                     self.follower.ensure_resident(name, version)  # type: ignore[attr-defined]
                 self.ctx.policy.pin(name, version)
                 return version, ""
@@ -200,7 +236,10 @@ class RolloutWorker:
                 reason = str(exc)
             if time.monotonic() >= deadline:
                 break
-            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            if self._stopping.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+                break
+        if self._stopping.is_set():  # a wait cut short by the stop is not "never available"
+            raise WorkerStopping(f"stop requested while a group waited for {name}@v{version}")
         if self.config.serve_resident_fallback:
             for resident in sorted(self.ctx.policy.resident_versions(name), reverse=True):
                 try:
@@ -210,3 +249,11 @@ class RolloutWorker:
                     continue
             return 0, ""
         return None, f"adapter {name}@v{version} not available after {self.config.adapter_wait_s:g}s: {reason}"
+
+    def _wait_announced(self, name: str, version: int, deadline: float) -> None:
+        """The follower's wait for the announcement, in slices of :data:`STOP_CHECK_S`, until it is announced,
+        ``deadline`` passed, or the worker is asked to stop."""
+        follower: Any = self.follower
+        while not follower.wait_announced(name, version, min(STOP_CHECK_S, max(0.0, deadline - time.monotonic()))):
+            if self._stopping.is_set() or time.monotonic() >= deadline:
+                return
