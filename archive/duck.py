@@ -25,10 +25,11 @@ import pyarrow as pa
 from streamgrpo.archive.errors import ArchiveError
 from streamgrpo.archive.schema import arrow_schema, short_name
 from streamgrpo.archive.store import namespace_root, namespaces, parts, type_dir
+from streamgrpo.topics import catalog
 from streamgrpo.topics.catalog import TOPICS
 
 #: Topics whose namespaced copies get an ``all_<view>`` view.
-NAMESPACED_VIEWS = ("rewards", "training-samples")
+NAMESPACED_VIEWS = ("rewards", catalog.TRAINING_SAMPLES)
 
 
 def view_name(topic: str) -> str:

@@ -36,6 +36,7 @@ from streamgrpo.errors import ConfigError
 from streamgrpo.models.adapter_state import adapter_state
 from streamgrpo.models.registry import AdapterRegistry, Line, RegistryState, ancestors, apply, status
 from streamgrpo.models.stats import Stats
+from streamgrpo.topics import catalog
 
 LIVE_FIELDS = ("groups", "reward_count", "reward_mean", "success_rate", "eval_accuracy", "eval_ci_low",
                "eval_ci_high", "eval_task_set", "metrics")
@@ -86,15 +87,15 @@ def load_view(kafka: KafkaSettings, adapter: str, canary_share: float) -> View:
 
 def view_from(events: EventSource, adapter: str, canary_share: float) -> View:
     registry = AdapterRegistry(canary_share)
-    for event in events("adapter-events"):
+    for event in events(catalog.ADAPTER_EVENTS):
         registry.apply(event)
     states: dict[int, R.AdapterState] = {}
-    for event in events("adapter-registry"):  # log order: the last state of a version is its newest
+    for event in events(catalog.ADAPTER_REGISTRY):  # log order: the last state of a version is its newest
         if isinstance(event, R.AdapterState) and event.adapter_name == adapter:
             states[event.version] = event
     stats = Stats()
     if not states:  # no controller published yet: compute the figures from the topics
-        for topic in ("rewards", "evaluations"):
+        for topic in (catalog.REWARDS, catalog.EVALUATIONS):
             for event in events(topic):
                 stats.apply(event)
     return View(adapter, registry.line(adapter), states, stats)

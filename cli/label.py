@@ -21,6 +21,7 @@ import click
 
 from streamgrpo import config
 from streamgrpo.config import KafkaSettings
+from streamgrpo.topics import catalog
 
 
 def read_labels(path: Path) -> list[tuple[str, float]]:
@@ -49,7 +50,7 @@ def _open_groups(kafka: KafkaSettings, groups: set[str]) -> set[str]:
     from streamgrpo.avro import records as R
     from streamgrpo.topics.follow import read_topic
 
-    closed = {r.event.envelope.group_id for r in read_topic(kafka, "groups") if isinstance(r.event, R.GroupClosed)}
+    closed = {r.event.envelope.group_id for r in read_topic(kafka, catalog.GROUPS) if isinstance(r.event, R.GroupClosed)}
     return groups - closed
 
 

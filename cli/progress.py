@@ -31,9 +31,10 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle.health import VersionHealth, alarms
 from streamgrpo.models.registry import AdapterRegistry, Line, status
 from streamgrpo.models.stats import is_human
+from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
 
-TOPICS = ("tasks", "rollouts", "rewards", "groups", "training-samples", "adapter-events", "evaluations")
+TOPICS = (catalog.TASKS, catalog.ROLLOUTS, catalog.REWARDS, catalog.GROUPS, catalog.TRAINING_SAMPLES, catalog.ADAPTER_EVENTS, catalog.EVALUATIONS)
 
 
 @dataclass

@@ -40,9 +40,10 @@ import click
 
 from streamgrpo import metrics as M
 from streamgrpo.config import KafkaSettings, load
+from streamgrpo.topics import catalog
 
-ADAPTER_TOPIC, REGISTRY_TOPIC, SAMPLES_TOPIC, DLQ_TOPIC = "adapter-events", "adapter-registry", "training-samples", \
-    "dead-letters"
+ADAPTER_TOPIC, REGISTRY_TOPIC, SAMPLES_TOPIC, DLQ_TOPIC = catalog.ADAPTER_EVENTS, catalog.ADAPTER_REGISTRY, catalog.TRAINING_SAMPLES, \
+    catalog.DEAD_LETTERS
 
 
 @dataclass
@@ -214,7 +215,7 @@ def adapter_versions(reader: Reader, canary_share: float, adapter_name: str = "p
 def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
     """Newest adapter version in each worker instance's recent RolloutCompleted records."""
     newest: dict[str, tuple[float, int]] = {}
-    for ev in reader.since("rollouts", last=last):
+    for ev in reader.since(catalog.ROLLOUTS, last=last):
         who = f"{ev.envelope.producer.service}/{ev.envelope.producer.instance}"
         seen = (ev.envelope.event_time.timestamp(), int(ev.adapter_version))  # same millisecond: the higher version
         newest[who] = max(newest.get(who, seen), seen)
@@ -223,8 +224,8 @@ def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
 
 def groups_in_flight(reader: Reader, window_s: float) -> int:
     since = int((time.time() - window_s) * 1000)
-    requested = {ev.envelope.group_id for ev in reader.since("rollout-requests", since)}
-    closed = {ev.envelope.group_id for ev in reader.since("groups", since)}
+    requested = {ev.envelope.group_id for ev in reader.since(catalog.ROLLOUT_REQUESTS, since)}
+    closed = {ev.envelope.group_id for ev in reader.since(catalog.GROUPS, since)}
     return len(requested - closed)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.models import adapter_store as store
+from streamgrpo.topics import catalog
 
 
 class TargetError(StreamGRPOError):
@@ -91,14 +92,14 @@ def archive_beside(store_root: Path | None) -> Path | None:
     if store_root is None:
         return None
     archive = Path(store_root).parent / "archive"
-    return archive if (archive / "adapter-events").is_dir() else None
+    return archive if (archive / catalog.ADAPTER_EVENTS).is_dir() else None
 
 
 def archived_events(archive: Path) -> list[R.Event]:
     """The ``adapter-events`` of a Parquet event archive, in log order."""
     from streamgrpo.archive.store import read_events
 
-    return [event for event, _ in read_events(archive, "adapter-events")]
+    return [event for event, _ in read_events(archive, catalog.ADAPTER_EVENTS)]
 
 
 def resolve(specs: Sequence[str], dirs: Sequence[Path], *, all_versions: bool, include_base: bool,
@@ -106,7 +107,7 @@ def resolve(specs: Sequence[str], dirs: Sequence[Path], *, all_versions: bool, i
             archive: Path | None = None) -> list[Target]:
     """The targets in evaluation order: base first (when asked or when nothing else is), then versions.
     ``events`` None (no broker): the announcements come from ``archive`` (default: the one beside the store)."""
-    source = "adapter-events"
+    source = catalog.ADAPTER_EVENTS
     archive = archive or archive_beside(store_root)
     if events is None and archive is not None:
         events, source = archived_events(archive), f"the event archive {archive}"

@@ -30,6 +30,7 @@ from streamgrpo import heartbeat
 from streamgrpo.avro import records as R
 from streamgrpo.config import StrictModel
 from streamgrpo.errors import StreamGRPOError
+from streamgrpo.topics import catalog
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +99,13 @@ def serve(settings: EvaluatorSettings, session: Any, stop: threading.Event) -> N
         os.nice(settings.nice)
     rows = session.load_tasks(settings.tasks)
     evaluator = Evaluator(settings, session, rows)
-    evaluator.note_existing([r.event for r in read_topic(session.kafka, "evaluations") if r.event is not None])
+    evaluator.note_existing([r.event for r in read_topic(session.kafka, catalog.EVALUATIONS) if r.event is not None])
     log.info("evaluator: %d held-out tasks (%s, hash %s); already evaluated: %s", len(evaluator.rows),
              settings.tasks, evaluator.task_hash, sorted(evaluator.done) or "none")
     with EventProducer(session.kafka, "evaluator") as producer:
         while not stop.is_set():
             heartbeat.beat()
-            events = [r.event for r in read_topic(session.kafka, "adapter-events") if r.event is not None]
+            events = [r.event for r in read_topic(session.kafka, catalog.ADAPTER_EVENTS) if r.event is not None]
             published = published_versions(events, session.loop.adapter_name)
             version = evaluator.pending(published)
             if version is None:

@@ -22,6 +22,7 @@ from streamgrpo.evaluation.adapters import Target, TargetError, resolve
 from streamgrpo.evaluation.judging import CorrectnessJudge
 from streamgrpo.evaluation.runner import EvalRun, EvalSpec, evaluate
 from streamgrpo.tasks.datasets import DatasetError, RowError, TaskRow
+from streamgrpo.topics import catalog
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class EvalSession:
         try:
             from streamgrpo.topics.follow import read_topic
 
-            return [r.event for r in read_topic(self.kafka, "adapter-events", timeout_s=10)]
+            return [r.event for r in read_topic(self.kafka, catalog.ADAPTER_EVENTS, timeout_s=10)]
         except StreamGRPOError as exc:
             log.info("no broker reachable (%s): adapters come from the store", exc)
             return None

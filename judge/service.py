@@ -46,6 +46,7 @@ from streamgrpo.judge.intake import Admitted, GroupBuffer, Intake, Ready, TaskTa
 from streamgrpo.judge.scorers import SCORERS, build_scorer
 from streamgrpo.judge.scorers.base import Scorer
 from streamgrpo.redact import redact, register_secrets_in
+from streamgrpo.topics import catalog
 from streamgrpo.topics.follow import LogFollower, fold_events
 from streamgrpo.topics.received import Received
 from streamgrpo.topics.seams import EventSink, EventSource
@@ -199,11 +200,11 @@ class JudgeService:
 
         s = self.settings
         producer = EventProducer(self.kafka, SERVICE)
-        consumer = EventConsumer(self.kafka, s.consumer_group, ["rollouts"], SERVICE, dlq=producer,
+        consumer = EventConsumer(self.kafka, s.consumer_group, [catalog.ROLLOUTS], SERVICE, dlq=producer,
                                  alive=self.heartbeat.beat)
         stop_tasks = asyncio.Event()
         follower = asyncio.create_task(
-            LogFollower(self.kafka, ["tasks"], fold_events(self.tasks.apply), max_records=s.batch_size).run(stop_tasks))
+            LogFollower(self.kafka, [catalog.TASKS], fold_events(self.tasks.apply), max_records=s.batch_size).run(stop_tasks))
         started = finished = False
         try:
             with ThreadPoolExecutor(max_workers=s.llm.concurrency, thread_name_prefix="judge") as pool:

@@ -52,13 +52,14 @@ from typing import TypeAlias
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
 from streamgrpo.models import lineage_check
+from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
 
 AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRolledBack | R.AdapterApproved
                            | R.AdapterRejected | R.AdapterVerdict)
 LIFECYCLE_EVENTS = (R.AdapterPublished, R.AdapterPromoted, R.AdapterRolledBack, R.AdapterApproved,
                     R.AdapterRejected, R.AdapterVerdict)
-SAMPLES_TOPIC_SUFFIX = "training-samples"
+SAMPLES_TOPIC_SUFFIX = catalog.TRAINING_SAMPLES
 log = logging.getLogger(__name__)
 
 

@@ -24,9 +24,10 @@ from datetime import datetime, timezone
 
 from streamgrpo.avro.records import AdapterPublished
 from streamgrpo.replay.errors import ReplayError
+from streamgrpo.topics import catalog
 from streamgrpo.topics.catalog import spec
 
-SAMPLES_TOPIC = "training-samples"
+SAMPLES_TOPIC = catalog.TRAINING_SAMPLES
 _OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
 _VERSION = re.compile(r"^v(\d+)$")
 

@@ -29,6 +29,7 @@ from streamgrpo.replay.sources import History
 from streamgrpo.streams import window_core as W
 from streamgrpo.streams.advantages import build_estimator
 from streamgrpo.streams.samples import build_sample
+from streamgrpo.topics import catalog
 
 
 @dataclass
@@ -96,21 +97,21 @@ def load_groups(history: History, samples: Sequence[R.TrainingSample]) -> list[G
         groups.setdefault(gid, GroupHistory(gid, s.estimator))
     tasks = {g.task_id: None for g in (s.envelope for s in samples) if g.task_id}
     rollouts: dict[str, str] = {}
-    for event, _ in history.events("rollouts"):
+    for event, _ in history.events(catalog.ROLLOUTS):
         if isinstance(event, R.RolloutCompleted) and event.envelope.group_id in groups:
             group = groups[event.envelope.group_id]
             rid = event.envelope.rollout_id or ""
             if rid not in rollouts:
                 rollouts[rid] = group.group_id
                 group.rollouts.append(event)
-    for event, _ in history.events("planner-actions"):
+    for event, _ in history.events(catalog.PLANNER_ACTIONS):
         rid = event.envelope.rollout_id or ""
         if isinstance(event, R.PlannerAction) and rid in rollouts:
             turns = groups[rollouts[rid]].actions.setdefault(rid, [])
             if all(a.envelope.turn != event.envelope.turn for a in turns):
                 turns.append(event)
     found: dict[str, R.Task] = {}
-    for event, _ in history.events("tasks"):
+    for event, _ in history.events(catalog.TASKS):
         if isinstance(event, R.Task) and event.envelope.task_id in tasks:
             found.setdefault(event.envelope.task_id or "", event)
     for group in groups.values():

@@ -23,6 +23,7 @@ from streamgrpo.archive.store import place_of, read_events
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.replay.ranges import SAMPLES_TOPIC, SampleRange
+from streamgrpo.topics import catalog
 from streamgrpo.topics.follow import iter_topic
 from streamgrpo.topics.received import Received
 
@@ -69,7 +70,7 @@ def canonical(place: Place) -> tuple[int, int, int]:
 def published(history: History, adapter: str) -> list[R.AdapterPublished]:
     """The AdapterPublished events of ``adapter`` (first copy of each version)."""
     out: dict[int, R.AdapterPublished] = {}
-    for event, _ in history.events("adapter-events"):
+    for event, _ in history.events(catalog.ADAPTER_EVENTS):
         if isinstance(event, R.AdapterPublished) and event.adapter_name == adapter:
             out.setdefault(event.version, event)
     return [out[v] for v in sorted(out)]

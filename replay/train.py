@@ -39,6 +39,7 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.replay.errors import ReplayError
 from streamgrpo.replay.ranges import SampleRange
 from streamgrpo.replay.sources import History, as_received, select_samples
+from streamgrpo.topics import catalog
 from streamgrpo.topics.received import Received
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ def replay_train(plan: ReplayPlan, base_cfg: Any, kafka: KafkaSettings, judge_se
         raise ReplayError(f"adapter {cfg.adapter_name} already has versions in {cfg.adapter_store}: a replay trains a "
                           "fresh lineage; choose another --run-name or --adapter-name")
     ns = kafka.model_copy(update={"topic_prefix": kafka.topic_prefix + plan.topic_namespace})
-    ensure(ns, [spec("adapter-events"), spec("rewards"), spec("training-samples")])
+    ensure(ns, [spec(catalog.ADAPTER_EVENTS), spec(catalog.REWARDS), spec(catalog.TRAINING_SAMPLES)])
     chosen = select_samples(plan.history, plan.range, plan.source_adapter)
     echo(f"{len(chosen)} TrainingSamples of {plan.source_adapter} in range ({plan.range.describe()}) "
          f"from {plan.history.label}")
@@ -191,7 +192,7 @@ def _rejudge(plan: ReplayPlan, chosen: list[tuple[R.TrainingSample, Place]], ns:
     outcomes = [rejudge_group(g, scorer) for g in groups]
     rewards = [r for o in outcomes for r in o.rewards]
     samples = [s for o in outcomes for s in o.samples]
-    present = ids_on_broker(ns, "rewards") | ids_on_broker(ns, "training-samples")
+    present = ids_on_broker(ns, catalog.REWARDS) | ids_on_broker(ns, catalog.TRAINING_SAMPLES)
     with EventProducer(ns, SERVICE) as producer:
         for event in [*rewards, *samples]:
             if event.event_id not in present:
@@ -199,7 +200,7 @@ def _rejudge(plan: ReplayPlan, chosen: list[tuple[R.TrainingSample, Place]], ns:
     result.rejudged_rewards, result.rejudged_samples = len(rewards), len(samples)
     echo(f"judge {plan.judge}: {len(groups)} groups re-scored -> {len(rewards)} Rewards, {len(samples)} "
          f"TrainingSamples in {ns.topic_prefix}*")
-    places = {e.event_id: p for e, p in BrokerHistory(ns).events("training-samples")}
+    places = {e.event_id: p for e, p in BrokerHistory(ns).events(catalog.TRAINING_SAMPLES)}
     missing = [s.event_id for s in samples if s.event_id not in places]
     if missing:
         raise ReplayError(f"{len(missing)} re-judged samples are not on {ns.topic_prefix}training-samples after "
@@ -215,7 +216,7 @@ def archive_namespace(archive: Path, ns: KafkaSettings, namespace: str) -> int:
 
     writer = ArchiveWriter(archive, namespace=namespace)
     history = BrokerHistory(ns)
-    for topic in ("rewards", "training-samples", "adapter-events"):
+    for topic in (catalog.REWARDS, catalog.TRAINING_SAMPLES, catalog.ADAPTER_EVENTS):
         writer.add_all(history.events(topic))
     writer.flush()
     return writer.written

@@ -54,6 +54,7 @@ from streamgrpo.rollout.errors import (
     PolicyError,
 )
 from streamgrpo.rollout.policy.base import PlannerPolicy
+from streamgrpo.topics import catalog
 from streamgrpo.topics.follow import LogFollower, StopSignal
 from streamgrpo.topics.received import Received
 
@@ -248,4 +249,4 @@ async def follow(follower: AdapterFollower, kafka: KafkaSettings, stop: StopSign
         if events:
             await asyncio.to_thread(follower.handle_batch, events)
 
-    await LogFollower(kafka, ["adapter-events"], handle).run(stop)
+    await LogFollower(kafka, [catalog.ADAPTER_EVENTS], handle).run(stop)

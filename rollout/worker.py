@@ -49,6 +49,7 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.errors import PolicyError, WorkerStopping
 from streamgrpo.rollout.loop import LoopContext, RolloutResult, fail_group, run_group
+from streamgrpo.topics import catalog
 from streamgrpo.topics.errors import ProduceError
 from streamgrpo.topics.limits import MAX_TURNS
 
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOPIC = "rollout-requests"
+TOPIC = catalog.ROLLOUT_REQUESTS
 #: Seconds between checks of the stop signal while a group waits for its adapter version.
 STOP_CHECK_S = 0.5
 

@@ -44,9 +44,10 @@ from streamgrpo.models.stats import Stats
 from streamgrpo.streams.ab_core import ABInput, ABPolicy, Guardrails, Verdict, decide
 from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
+from streamgrpo.topics import catalog
 
 log = logging.getLogger(__name__)
-TOPICS = ("adapter-events", "rewards", "planner-actions", "groups", "evaluations")
+TOPICS = (catalog.ADAPTER_EVENTS, catalog.REWARDS, catalog.PLANNER_ACTIONS, catalog.GROUPS, catalog.EVALUATIONS)
 SERVICE = "ab-controller"
 
 
@@ -203,9 +204,9 @@ def register(ctx: StreamsContext) -> Lifecycle:
             pass
 
     def leads() -> bool:
-        return TP(ctx.name("adapter-events"), 0) in ctx.app.assignor.assigned_actives()
+        return TP(ctx.name(catalog.ADAPTER_EVENTS), 0) in ctx.app.assignor.assigned_actives()
 
     ctx.app.task(run_follower)
-    ctx.app.agent(ctx.topics["adapter-events"], name="streamgrpo.ab.lease")(lease)
+    ctx.app.agent(ctx.topics[catalog.ADAPTER_EVENTS], name="streamgrpo.ab.lease")(lease)
     ctx.app.timer(max(0.2, s.tick_interval_s), name="streamgrpo.ab")(ab_tick)
     return life

@@ -41,6 +41,7 @@ from streamgrpo.heartbeat import Heartbeat
 from streamgrpo.streams import faust_transport
 from streamgrpo.streams.config import AGENT_NAMES, StreamsSettings
 from streamgrpo.streams.errors import StreamsConfigError
+from streamgrpo.topics import catalog
 from streamgrpo.topics.catalog import TOPICS, spec, topic_for
 from streamgrpo.topics.clients import logical_name
 from streamgrpo.topics.dead_letter import dead_letter as build_dead_letter
@@ -243,7 +244,7 @@ def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
         datadir=str(settings.data_dir),
-        topic_partitions=spec("rewards").partitions,
+        topic_partitions=spec(catalog.REWARDS).partitions,
         table_standby_replicas=settings.standby_replicas,
         broker_commit_interval=settings.commit_interval_s,
         consumer_auto_offset_reset="earliest",

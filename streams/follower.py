@@ -32,10 +32,11 @@ from streamgrpo.lifecycle import pacing
 from streamgrpo.lifecycle.pacing import Backlog
 from streamgrpo.models.registry import AdapterRegistry, Announced, Line
 from streamgrpo.streams.app import StreamsContext
+from streamgrpo.topics import catalog
 from streamgrpo.topics.follow import LogFollower, fold_events
 
 log = logging.getLogger(__name__)
-TOPICS = ("adapter-events", "groups", "rollout-requests")
+TOPICS = (catalog.ADAPTER_EVENTS, catalog.GROUPS, catalog.ROLLOUT_REQUESTS)
 
 
 class LoopView:

@@ -31,6 +31,7 @@ from streamgrpo import metrics
 from streamgrpo.avro import records as R
 from streamgrpo.models.stats import is_human
 from streamgrpo.streams.app import FaustStream, StreamsContext
+from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,6 @@ def register(ctx: StreamsContext) -> None:
             await ctx.send(m)
             ctx.count("metrics.windows")
 
-    ctx.app.agent(ctx.topics["rewards"], name="streamgrpo.metrics")(metrics_agent)
+    ctx.app.agent(ctx.topics[catalog.REWARDS], name="streamgrpo.metrics")(metrics_agent)
     ctx.app.timer(min(1.0, s.metrics_window_s), name="streamgrpo.metrics.flush")(flush_metrics)
     ctx.reward_windows = windows

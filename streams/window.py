@@ -37,6 +37,7 @@ from streamgrpo.streams import window_core as W
 from streamgrpo.streams.advantages import build_estimator
 from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
 from streamgrpo.streams.samples import action_key, build_sample, ready_rollouts
+from streamgrpo.topics import catalog
 from streamgrpo.topics.catalog import spec
 from streamgrpo.topics.limits import MAX_TURNS
 
@@ -52,7 +53,7 @@ class Window:
         self.ctx = ctx
         self.policy = W.WindowPolicy(s.estimator, build_estimator(s.estimator), s.group_timeout_s,
                                      s.partial_policy, s.min_group_size)
-        parts = spec("rewards").partitions
+        parts = spec(catalog.REWARDS).partitions
         groups: Any = faust.Schema(key_serializer="json", value_serializer="json")
         actions: Any = faust.Schema(key_serializer="json", value_serializer="raw")
         self.groups = ctx.app.Table("window-groups", default=None, partitions=parts, schema=groups)
@@ -61,7 +62,7 @@ class Window:
         self.actions = ctx.app.Table("window-actions", default=None, partitions=parts, schema=actions,
                                      value_type=bytes)
         self.ticks = ctx.topic(TICKS, internal=True, partitions=parts)
-        self.source = ctx.topic("rewards", "planner-actions", "rollouts", TICKS, internal=True, partitions=parts)
+        self.source = ctx.topic(catalog.REWARDS, catalog.PLANNER_ACTIONS, catalog.ROLLOUTS, TICKS, internal=True, partitions=parts)
         self.ticked: dict[str, float] = {}
 
     # -- state access -----------------------------------------------------------------------------
@@ -182,7 +183,7 @@ class Window:
     def due_ticks(self, now: float) -> list[tuple[str, int]]:
         """Groups of this worker's partitions that are due for a timeout or retention check."""
         actives = self.ctx.app.assignor.assigned_actives()
-        rewards = self.ctx.name("rewards")
+        rewards = self.ctx.name(catalog.REWARDS)
         out = []
         for key, raw in list(self.groups.items()):
             if not raw or TP(rewards, raw["partition"]) not in actives:

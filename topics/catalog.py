@@ -51,37 +51,54 @@ class TopicSpec:
         return str(value)
 
 
+#: Topic names, the one spelling of each: product code refers to these, never to a literal (a test checks).
+TASKS = "tasks"
+ROLLOUT_REQUESTS = "rollout-requests"
+PLANNER_ACTIONS = "planner-actions"
+TOOL_OBSERVATIONS = "tool-observations"
+VERDICTS = "verdicts"
+ROLLOUTS = "rollouts"
+REWARDS = "rewards"
+GROUPS = "groups"
+TRAINING_SAMPLES = "training-samples"
+ADAPTER_EVENTS = "adapter-events"
+ADAPTER_REGISTRY = "adapter-registry"
+EVALUATIONS = "evaluations"
+REWARD_METRICS = "reward-metrics"
+DEAD_LETTERS = "dead-letters"
+
+
 def _ev(*names: str) -> tuple[str, ...]:
     return tuple(f"streamgrpo.events.{n}" for n in names)
 
 
 TOPICS: tuple[TopicSpec, ...] = (
-    TopicSpec("tasks", 3, "envelope.task_id", _ev("Task"), 30 * DAY_MS,
+    TopicSpec(TASKS, 3, "envelope.task_id", _ev("Task"), 30 * DAY_MS,
               doc="Tasks from upstream services; the judge also reads ground truth here."),
-    TopicSpec("rollout-requests", 3, "envelope.group_id", _ev("RolloutRequest"),
+    TopicSpec(ROLLOUT_REQUESTS, 3, "envelope.group_id", _ev("RolloutRequest"),
               doc="One request per rollout; the whole group shares one adapter version."),
-    TopicSpec("planner-actions", 3, "envelope.group_id", _ev("PlannerAction"),
+    TopicSpec(PLANNER_ACTIONS, 3, "envelope.group_id", _ev("PlannerAction"),
               doc="Planner decisions with token ids and behaviour logprobs."),
-    TopicSpec("tool-observations", 3, "envelope.group_id", _ev("ToolObservation"), doc="Tool calls and results."),
-    TopicSpec("verdicts", 3, "envelope.group_id", _ev("Verdict"), doc="Verifier stop/continue decisions."),
-    TopicSpec("rollouts", 3, "envelope.group_id", _ev("RolloutCompleted"), doc="One completion per rollout."),
-    TopicSpec("rewards", 3, "envelope.group_id", _ev("Reward"), doc="Judge scores with provenance."),
-    TopicSpec("groups", 3, "envelope.group_id", _ev("GroupClosed"), doc="Closed advantage windows."),
-    TopicSpec("training-samples", 3, "envelope.group_id", _ev("TrainingSample"),
+    TopicSpec(TOOL_OBSERVATIONS, 3, "envelope.group_id", _ev("ToolObservation"), doc="Tool calls and results."),
+    TopicSpec(VERDICTS, 3, "envelope.group_id", _ev("Verdict"), doc="Verifier stop/continue decisions."),
+    TopicSpec(ROLLOUTS, 3, "envelope.group_id", _ev("RolloutCompleted"), doc="One completion per rollout."),
+    TopicSpec(REWARDS, 3, "envelope.group_id", _ev("Reward"), doc="Judge scores with provenance."),
+    TopicSpec(GROUPS, 3, "envelope.group_id", _ev("GroupClosed"), doc="Closed advantage windows."),
+    TopicSpec(TRAINING_SAMPLES, 3, "envelope.group_id", _ev("TrainingSample"),
               doc="One sample per trained rollout: every planner turn + its trajectory advantage."),
-    TopicSpec("adapter-events", 1, "adapter_name",
+    TopicSpec(ADAPTER_EVENTS, 1, "adapter_name",
               _ev("AdapterPublished", "AdapterPromoted", "AdapterRolledBack", "AdapterApproved", "AdapterRejected",
                   "AdapterVerdict"),
               retention_ms=-1, doc="Adapter lifecycle; kept forever (the audit trail of what served what)."),
-    TopicSpec("adapter-registry", 1, "version_key", _ev("AdapterState"), retention_ms=-1,
+    TopicSpec(ADAPTER_REGISTRY, 1, "version_key", _ev("AdapterState"), retention_ms=-1,
               cleanup_policy="compact",
               doc="Current state of every adapter version (the fold of adapter-events, evaluations and reward "
                   "metrics); compacted, keyed '<adapter>@v<version>'."),
-    TopicSpec("evaluations", 1, "version_key", _ev("EvaluationCompleted"), retention_ms=-1,
+    TopicSpec(EVALUATIONS, 1, "version_key", _ev("EvaluationCompleted"), retention_ms=-1,
               doc="Held-out accuracy of adapter versions (streamgrpo eval and the run's evaluator); kept forever."),
-    TopicSpec("reward-metrics", 1, "adapter_name", _ev("RewardMetrics"), 30 * DAY_MS,
+    TopicSpec(REWARD_METRICS, 1, "adapter_name", _ev("RewardMetrics"), 30 * DAY_MS,
               doc="Reward statistics per adapter version and tumbling window."),
-    TopicSpec("dead-letters", 1, "source_topic", _ev("DeadLetter"), 30 * DAY_MS,
+    TopicSpec(DEAD_LETTERS, 1, "source_topic", _ev("DeadLetter"), 30 * DAY_MS,
               doc="Records a consumer could not process, with the reason."),
 )
 

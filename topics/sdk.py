@@ -52,6 +52,7 @@ from streamgrpo.avro.records import (
     Task,
 )
 from streamgrpo.config import KafkaSettings
+from streamgrpo.topics import catalog
 from streamgrpo.topics import task_fields as fields
 from streamgrpo.topics.catalog import topic_for
 from streamgrpo.topics.clients import client_config, topic_name
@@ -107,7 +108,7 @@ def make_task(
     return task
 
 
-def topic_max_message_bytes(kafka: KafkaSettings, topic: str = "tasks", timeout_s: float = 5.0) -> int:
+def topic_max_message_bytes(kafka: KafkaSettings, topic: str = catalog.TASKS, timeout_s: float = 5.0) -> int:
     """The largest record (key + value + overhead) ``topic`` accepts from our producer: the topic's
     ``max.message.bytes`` when the broker reports it (Apache Kafka does; the embedded broker reports
     none, then Kafka's default applies, so a file that passes here passes on a default cluster),
@@ -320,7 +321,7 @@ def find_rollouts(kafka: KafkaSettings, rollout_ids: Iterable[str], timeout_s: f
     from streamgrpo.topics.follow import iter_topic
 
     wanted, found = set(rollout_ids), dict[str, RolloutCompleted]()
-    for rec in iter_topic(kafka, "rollouts", timeout_s=timeout_s):
+    for rec in iter_topic(kafka, catalog.ROLLOUTS, timeout_s=timeout_s):
         ev = rec.event
         if isinstance(ev, RolloutCompleted) and ev.envelope.rollout_id in wanted:
             found.setdefault(ev.envelope.rollout_id or "", ev)

@@ -46,6 +46,7 @@ from streamgrpo.models import adapter_store as store
 from streamgrpo.models.base import resolve_base_model
 from streamgrpo.models.grammar import GrammarReplay
 from streamgrpo.models.registry import AdapterRegistry, ancestors
+from streamgrpo.topics import catalog
 from streamgrpo.topics.consumer import EventConsumer
 from streamgrpo.topics.follow import iter_topic, read_topic
 from streamgrpo.topics.producer import EventProducer
@@ -63,7 +64,7 @@ from streamgrpo.trainer.step import StepConfig, optimizer_step
 
 log = logging.getLogger(__name__)
 SERVICE = "trainer"
-SAMPLES_TOPIC = "training-samples"
+SAMPLES_TOPIC = catalog.TRAINING_SAMPLES
 #: After a restart the trainer re-reads up to this many samples per partition below the stored adapter's committed
 #: offsets and remembers their ids (:func:`remember_trained`).
 DEDUP_LOOKBACK = 5000
@@ -140,7 +141,7 @@ def announce_if_missing(producer: EventProducer, kafka: KafkaSettings, cfg: Trai
     if found is None:
         return
     path, manifest = found
-    for r in read_topic(kafka, "adapter-events"):
+    for r in read_topic(kafka, catalog.ADAPTER_EVENTS):
         ev = r.event
         if isinstance(ev, R.AdapterPublished) and (ev.adapter_name, ev.version) == (cfg.adapter_name, manifest.version):
             return

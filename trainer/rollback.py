@@ -29,6 +29,7 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle import pacing
 from streamgrpo.models import adapter_store as store
 from streamgrpo.models.registry import Line, ancestors
+from streamgrpo.topics import catalog
 from streamgrpo.topics.follow import LogFollower, fold_events
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.state import TrainerState, build_training
@@ -83,4 +84,4 @@ def follower(state: TrainerState, kafka: KafkaSettings) -> LogFollower:
     """A follower that folds ``adapter-events`` into ``state.registry`` (run it with ``.run(stop)``; its
     ``caught_up`` says when the whole history was folded)."""
     assert state.registry is not None
-    return LogFollower(kafka, ["adapter-events"], fold_events(state.registry.apply))
+    return LogFollower(kafka, [catalog.ADAPTER_EVENTS], fold_events(state.registry.apply))

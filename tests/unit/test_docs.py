@@ -8,8 +8,9 @@ cites exists, with the number of tests or properties it claims. Not covered: whe
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 

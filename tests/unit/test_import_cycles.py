@@ -8,9 +8,10 @@ a runtime edge too); imports under ``if TYPE_CHECKING:`` are not edges. Not cove
 from __future__ import annotations
 
 import ast
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ast
 import re
-import tomllib
 from pathlib import Path
 
 import duckdb
 import pytest
+import tomllib
 
 from streamgrpo.avro import provenance
 from streamgrpo.models.actions import operator
