@@ -6,7 +6,8 @@ submits the built-in task set (or ``--tasks FILE``), and shows a live progress l
 the events themselves (tasks done, mean reward per adapter version, trainer step, loss, adapters
 published and picked up). A child that dies is restarted (with backoff) and the run says so; a child
 that exits "misconfigured" (exit status 78, a ConfigError such as a missing bubblewrap) is not restarted:
-the run prints its error line and stops.
+the run prints its error line and stops. If the embedded broker dies, the run says so, stops its children, writes
+a report that says the run failed (no final evaluation) and exits with a non-zero status (a BrokerError).
 It stops after ``--duration`` or on Ctrl-C, shuts every child down (SIGTERM, then SIGKILL after a
 grace period) and writes a report directory: ``summary.json``, ``summary.md``, and
 ``reward_per_version.png``.
@@ -24,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ import click
 
 from streamgrpo import config, runs
 from streamgrpo.cli.progress import Progress, RunTracker
-from streamgrpo.cli.supervision import Child, Supervisor
+from streamgrpo.cli.supervision import Child, Supervisor, broker_death
 from streamgrpo.config import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -130,9 +131,12 @@ def execute(cfg: RunSettings) -> Path:
     """Run the loop; returns the report directory."""
     from streamgrpo.topics.admin import ensure
     from streamgrpo.topics.broker import EmbeddedBroker
+    from streamgrpo.topics.errors import BrokerError
 
     run_id, run_dir = new_run_dir(cfg.home)
+    broker_log = run_dir / "run" / "broker.log"
     broker = None
+    failure: str | None = None
     bootstrap = cfg.bootstrap
     if bootstrap is None:
         broker = EmbeddedBroker(run_dir, die_with_owner=True)  # not left running if run is SIGKILLed
@@ -167,22 +171,25 @@ def execute(cfg: RunSettings) -> Path:
         tracker.start()
         n = _submit(cfg, kafka)
         click.echo(f"submitted {n} task(s) x group size {cfg.group_size}")
-        _watch(sup, tracker, cfg.duration_s, cfg.until_version)
+        failure = _watch(sup, tracker, cfg.duration_s, cfg.until_version,
+                         lambda: broker_death(broker.proc if broker else None, broker_log))
     finally:
         click.echo("\nstopping children ...")
         if "sup" in locals():
-            sup.stop_all()
+            sup.stop_all(grace_s=5.0 if failure else 20.0)  # without a broker nothing is left to deliver
         if "tracker" in locals():
             tracker.stop()
         report_dir = run_dir / "report"
-        if "tracker" in locals() and cfg.final_eval and "config_file" in locals():
+        if "tracker" in locals() and cfg.final_eval and "config_file" in locals() and failure is None:
             final_evaluation(config_file, kafka, tracker.progress)
         if "tracker" in locals():
-            write_report(tracker.progress, report_dir, sup.children if "sup" in locals() else [])
+            write_report(tracker.progress, report_dir, sup.children if "sup" in locals() else [], failure)
             click.echo(f"report: {report_dir}")
-        if broker is not None:
+        if broker is not None and broker_death(broker.proc, broker_log) is None:
             broker.stop()
         runs.mark_finished(cfg.home, run_id)
+    if failure is not None:
+        raise BrokerError(f"the run failed: {failure}; report {report_dir}")
     return report_dir
 
 
@@ -226,7 +233,10 @@ def _submit(cfg: RunSettings, kafka: KafkaSettings) -> int:
     return report.published
 
 
-def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_version: int | None) -> None:
+def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_version: int | None,
+           broker_gone: Callable[[], str | None]) -> str | None:
+    """Show progress and supervise until the duration ends or a stop; returns why the run failed (its broker
+    died: ``broker_gone``), or None."""
     deadline = time.monotonic() + duration_s
     stop = threading.Event()
 
@@ -238,6 +248,11 @@ def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_versio
     last_line, last_print = "", 0.0
     try:
         while time.monotonic() < deadline and not stop.is_set():
+            if (gone := broker_gone()) is not None:
+                logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # no retry can reach it: no reconnect flood
+                click.echo(f"\nstopping: {gone}; the run failed")
+                tracker.progress.notes.append(gone)
+                return gone
             for msg in sup.check():
                 click.echo(f"\n[supervisor] {msg}")
                 tracker.progress.notes.append(msg)
@@ -258,6 +273,7 @@ def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_versio
             stop.wait(2.0)
     except KeyboardInterrupt:
         click.echo("\ninterrupted")
+    return None
 
 
 def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
@@ -322,17 +338,20 @@ def heldout_change(base: Any, last: Any) -> dict[str, Any]:
     return {**overall, "per_kind": per_kind, "line": line}
 
 
-def write_report(progress: Progress, out: Path, children: list[Child]) -> None:
-    """summary.json, summary.md, the reward-per-version plot and the held-out accuracy plot."""
+def write_report(progress: Progress, out: Path, children: list[Child], failure: str | None = None) -> None:
+    """summary.json, summary.md, the reward-per-version plot and the held-out accuracy plot; a failed run
+    (``failure``: why) says so first in both."""
     from streamgrpo.cli.progress import lifecycle_lines, plot_heldout
 
     out.mkdir(parents=True, exist_ok=True)
-    summary = progress.summary()
+    summary = {"failed": failure, **progress.summary()} if failure else progress.summary()
     summary["restarts"] = {c.name: c.restarts for c in children}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     plot = out / "reward_per_version.png"
     progress.plot(plot)
-    lines = ["# streamgrpo run report", "", f"![reward per adapter version]({plot.name})", ""]
+    lines = ["# streamgrpo run report", ""]
+    lines += [f"**RUN FAILED**: {failure}. The figures below cover the run up to then.", ""] if failure else []
+    lines += [f"![reward per adapter version]({plot.name})", ""]
     if plot_heldout(progress.evaluations, progress.started, out / "heldout_accuracy.png"):
         lines += ["![held-out accuracy per adapter version](heldout_accuracy.png)", ""]
     alarms = summary["health"]["alarms"]

@@ -5,6 +5,9 @@ systemd's and kubelet's do). A child that exits with :data:`~streamgrpo.errors.E
 ConfigError: a missing setting or system package) is not restarted: starting it again cannot help, and the
 supervisor says so with the child's own error line. Children run in their own sessions and die with the
 supervisor (:mod:`streamgrpo.supervisor`).
+
+The embedded broker is not a child that can be restarted: it keeps the run's events in memory, so a new one
+would start empty. :func:`broker_death` says when it died (and reaps it); the run then fails.
 """
 
 from __future__ import annotations
@@ -70,6 +73,15 @@ class Child:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+
+def broker_death(proc: subprocess.Popen[bytes] | None, log_path: Path) -> str | None:
+    """Why the run's embedded broker process ``proc`` is gone, or None while it runs (or when the run uses a
+    broker it did not start: ``proc`` None). Polling reaps the dead process."""
+    if proc is None or proc.poll() is None:
+        return None
+    return (f"the embedded broker (pid {proc.pid}) exited with code {proc.returncode}: the run's events were in "
+            f"its memory and are lost (log {log_path})")
 
 
 def restart_delay(restarts: int) -> float:
