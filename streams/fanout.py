@@ -119,24 +119,30 @@ def admit(backlog: Backlog, group_size: int, policy: FanoutPolicy) -> str | None
     return pacing.admit(backlog, group_size, policy.pacing, policy.max_groups_in_flight)
 
 
-def register(ctx: StreamsContext) -> None:
-    from streamgrpo.streams.follower import follower_for
+class _Shell:
+    """The agent shell: intake checks, the wait on the follower and on admission (each yielding to a stop or
+    rebalance), the curriculum's due tasks first, the send."""
 
-    follower = follower_for(ctx)
-    view = follower.view
-    policy = FanoutPolicy.from_settings(ctx.settings)
-    curriculum = Curriculum(curriculum_policy(ctx.settings))
-    view.on_closed.append(lambda event: _note(ctx, curriculum.closed(event)))
-    lock = asyncio.Lock()  # one admission decision at a time (the agent and the curriculum pump)
-    deferred: list[R.Task] = []  # due tasks whose send yielded to a stop or rebalance: sent first next time
+    def __init__(self, ctx: StreamsContext) -> None:
+        from streamgrpo.streams.follower import follower_for
 
-    async def fanout_agent(stream: FaustStream) -> None:
+        self.ctx = ctx
+        self.follower = follower_for(ctx)
+        self.view = self.follower.view
+        self.policy = FanoutPolicy.from_settings(ctx.settings)
+        self.curriculum = Curriculum(curriculum_policy(ctx.settings))
+        self.view.on_closed.append(lambda event: _note(ctx, self.curriculum.closed(event)))
+        self.lock = asyncio.Lock()  # one admission decision at a time (the agent and the curriculum pump)
+        self.deferred: list[R.Task] = []  # due tasks whose send yielded to a stop or rebalance: sent first next
+
+    async def agent(self, stream: FaustStream) -> None:
         async for ev in stream.events():
-            task = await ctx.decode(ev, (R.Task,))
+            task = await self.ctx.decode(ev, (R.Task,))
             if isinstance(task, R.Task):
-                await handle(task, ev)
+                await self.handle(task, ev)
 
-    async def handle(task: R.Task, ev: FaustEvent) -> None:
+    async def handle(self, task: R.Task, ev: FaustEvent) -> None:
+        ctx = self.ctx
         problem = check_task(task, len(ev.value or b""))
         if problem is not None:
             m = ev.message
@@ -145,65 +151,68 @@ def register(ctx: StreamsContext) -> None:
         if task.metadata.get("served_by"):  # already run by the server that produced it (streamgrpo serve)
             ctx.count("fanout.served_elsewhere")
             return
-        if not await caught_up():
-            return hand_back(task, ev)
-        async with lock:
-            while (due := next_due()) is not None:  # tasks with signal go first
-                if not await send_group(due):
-                    deferred.insert(0, due)
-                    return hand_back(task, ev)
-            if not await send_group(task):
-                hand_back(task, ev)
+        if not await self.caught_up():
+            return self.hand_back(task, ev)
+        async with self.lock:
+            if not await self.send_due() or not await self.send_group(task):  # tasks with signal go first
+                self.hand_back(task, ev)
 
-    def next_due() -> R.Task | None:
-        return deferred.pop(0) if deferred else curriculum.next_due()
+    async def send_due(self) -> bool:
+        """Sends every group the curriculum has due; False when the worker yielded (the rest wait, in order)."""
+        while (due := self.deferred.pop(0) if self.deferred else self.curriculum.next_due()) is not None:
+            if not await self.send_group(due):
+                self.deferred.insert(0, due)
+                return False
+        return True
 
-    def hand_back(task: R.Task, ev: FaustEvent) -> None:
-        ctx.hand_back(ev)
-        ctx.count("fanout.handed_back")
+    def hand_back(self, task: R.Task, ev: FaustEvent) -> None:
+        self.ctx.hand_back(ev)
+        self.ctx.count("fanout.handed_back")
         log.info("fan-out: stop or rebalance; task %s handed back unacknowledged (delivered again)",
                  task.envelope.task_id)
 
-    async def caught_up() -> bool:
+    async def caught_up(self) -> bool:
         """Waits for the follower; False when the worker must yield first (stop or rebalance)."""
-        while not follower.caught_up.is_set():
-            if ctx.must_yield():
+        while not self.follower.caught_up.is_set():
+            if self.ctx.must_yield():
                 return False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(follower.caught_up.wait(), ctx.settings.admission_poll_s)
+                await asyncio.wait_for(self.follower.caught_up.wait(), self.ctx.settings.admission_poll_s)
         return True
 
-    async def admitted(task: R.Task) -> bool:
+    async def admitted(self, task: R.Task) -> bool:
         """Waits until admission lets a group of ``task`` start; False when the worker must yield first."""
         waited = False
-        while not ctx.must_yield():
-            reason = admit(view.backlog(), task.group_size, policy)
+        while not self.ctx.must_yield():
+            reason = admit(self.view.backlog(), task.group_size, self.policy)
             if reason is None:
                 metrics.current().set(metrics.ADMISSION_BLOCKED, 0)
                 return True
             if not waited:
                 log.info("fan-out waiting: %s", reason)
-                ctx.count("fanout.backpressure")
+                self.ctx.count("fanout.backpressure")
                 metrics.current().set(metrics.ADMISSION_BLOCKED, 1)
                 waited = True
-            await asyncio.sleep(ctx.settings.admission_poll_s)
+            await asyncio.sleep(self.ctx.settings.admission_poll_s)
+        metrics.current().set(metrics.ADMISSION_BLOCKED, 0)  # this worker no longer waits (it may not own the task)
         return False
 
-    async def send_group(task: R.Task) -> bool:
+    async def send_group(self, task: R.Task) -> bool:
         """Fans out ``task``'s group once admitted (or skips a group already requested); False when the worker
         yielded to a stop or rebalance instead (nothing sent)."""
+        ctx, view = self.ctx, self.view
         group = ids.group_id(task.envelope.task_id or "", attempt_of(task))
         if group in view.requested:
             ctx.count("fanout.already_requested")
             return True
-        if not await admitted(task):
+        if not await self.admitted(task):
             return False
-        version = choose_version(view.adapters(policy.adapter_name), group, ctx.settings.canary_share)
-        requests = fan_out(task, version, policy)
+        version = choose_version(view.adapters(self.policy.adapter_name), group, ctx.settings.canary_share)
+        requests = fan_out(task, version, self.policy)
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
         view.note_requested(group, len(requests))
-        curriculum.remember(task, attempt_of(task))
+        self.curriculum.remember(task, attempt_of(task))
         ctx.count("fanout.groups")
         if "curriculum" in task.metadata:
             ctx.count(f"fanout.curriculum_{task.metadata['curriculum']}")
@@ -211,21 +220,21 @@ def register(ctx: StreamsContext) -> None:
         metrics.current().set(metrics.GROUPS_OPEN, view.in_flight)
         return True
 
-    async def curriculum_pump() -> None:
+    async def curriculum_pump(self) -> None:
         """Fans out due tasks while no new task arrives (the agent only runs on new tasks)."""
-        await follower.caught_up.wait()
+        await self.follower.caught_up.wait()
         while True:
             await asyncio.sleep(1.0)
-            if (deferred or curriculum.pending) and not lock.locked():
-                async with lock:
-                    while (due := next_due()) is not None:
-                        if not await send_group(due):
-                            deferred.insert(0, due)
-                            break
+            if (self.deferred or self.curriculum.pending) and not self.lock.locked():
+                async with self.lock:
+                    await self.send_due()
 
-    ctx.app.agent(ctx.topics["tasks"], name="streamgrpo.fanout")(fanout_agent)
+
+def register(ctx: StreamsContext) -> None:
+    shell = _Shell(ctx)
+    ctx.app.agent(ctx.topics["tasks"], name="streamgrpo.fanout")(shell.agent)
     if ctx.settings.curriculum:
-        ctx.app.task(curriculum_pump)
+        ctx.app.task(shell.curriculum_pump)
 
 
 def curriculum_policy(s: StreamsSettings) -> CurriculumPolicy:
