@@ -172,5 +172,6 @@ def build_constraint(mode: str, ctx: LoopContext) -> TokenGrammar | None:
             raise ValueError(f"[rollout] answer_at_last_turn constrains the last reply to an answer, but "
                              f"response_prefix {ctx.response_prefix!r} cannot start one ({exc}); use a prefix "
                              f"such as '{{\"' or set answer_at_last_turn = false") from exc
-    log.info("planner replies constrained to %s", grammar.descriptor)
+    log.info("planner replies constrained to %s%s", grammar.descriptor,
+             " (the last allowed turn answers: answer_turn = each request's max_turns)" if ctx.answer_at_last_turn else "")
     return compiled
