@@ -12,7 +12,11 @@ A target is the base model (version 0) or an adapter version:
   version when it comes from the store; otherwise it is labelled by the directory);
 - ``--all-versions``: every published version (events), else every version in the store.
 
-What is not covered: remote (fsspec) URIs, like the rest of the adapter store.
+Adapter names and announced uris go through the adapter store's one resolver
+(:mod:`streamgrpo.models.adapter_store`): ``--adapter ../outside@v1`` is refused, and so is an announced
+uri that is not a local path or whose directory holds a symlink. What is not covered: remote (fsspec)
+URIs; an announced local path is not confined to one store (a run's store differs from ``[loop]
+adapter_store``), its sha256 is what is checked.
 """
 
 from __future__ import annotations
@@ -47,7 +51,11 @@ def parse_version(spec: str, default_name: str) -> tuple[str, int]:
     m = re.fullmatch(r"(?:(?P<name>[^@\s]+)@)?v?(?P<version>\d+)", spec.strip())
     if not m:
         raise TargetError(f"adapter {spec!r}: expected NAME@vN, vN or N (e.g. planner@v3)")
-    return m.group("name") or default_name, int(m.group("version"))
+    try:
+        name = store.check_name(m.group("name") or default_name)
+    except StreamGRPOError as exc:
+        raise TargetError(f"adapter {spec!r}: {exc}") from exc
+    return name, int(m.group("version"))
 
 
 def base_target(adapter_name: str) -> Target:
@@ -60,7 +68,7 @@ def published(events: Sequence[R.Event], adapter_name: str) -> dict[int, R.Adapt
 
 
 def from_event(event: R.AdapterPublished) -> Target:
-    """Verify the announced files (raises TargetError on a mismatch)."""
+    """Verify the announced files (raises TargetError on a mismatch, a symlink, a non-local uri)."""
     try:
         path = store.verify_and_load_path(event.uri, event.sha256)
     except StreamGRPOError as exc:
@@ -70,7 +78,10 @@ def from_event(event: R.AdapterPublished) -> Target:
 
 
 def from_store(root: Path, adapter_name: str, version: int) -> Target:
-    path = store.version_dir(root, adapter_name, version)
+    try:
+        path = store.version_dir(root, adapter_name, version)
+    except StreamGRPOError as exc:
+        raise TargetError(str(exc)) from exc
     if not path.is_dir():
         known = store.versions(root, adapter_name)
         raise TargetError(f"{adapter_name}@v{version} is not in the adapter store {root} "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamgrpo.errors import StreamGRPOError
+from streamgrpo.errors import ConfigError, StreamGRPOError
 
 
 class ModelsError(StreamGRPOError):
@@ -24,3 +24,8 @@ class AdapterStoreError(ModelsError):
 class AdapterActionError(ModelsError):
     """A lifecycle action (promote, roll back, approve, reject) is not possible in the registry's current state;
     the message says why and what to do instead."""
+
+
+class AdapterStoreUnwritableError(AdapterStoreError, ConfigError):
+    """The adapter store cannot take a new version (disk full, read-only, no permission): the host must be fixed,
+    so it is a :class:`~streamgrpo.errors.ConfigError` (exit 78; ``streamgrpo run`` does not restart it)."""

@@ -25,6 +25,10 @@ Guarantees:
 - A rolled-back or rejected version starts no new group here: :meth:`AdapterFollower.serving_version`
   gives the worker the primary instead, for the whole group (groups already running finish on it).
 
+- Paths are resolved by the adapter store's one resolver: a name that is not one path component, a path
+  or symlink leading outside the store, a local or chained fsspec URL (``local://``,
+  ``simplecache::file://``) and a version directory holding a symlink are refusals.
+
 Not covered: object stores without ``fsspec`` (only local paths and ``file://`` URIs otherwise;
 remote adapters are downloaded into ``<adapter_store>/.downloads``), deleting refused files,
 choosing which version a group uses (the fan-out does that).
@@ -40,7 +44,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from streamgrpo import metrics
 from streamgrpo.avro import records as R
@@ -172,31 +175,31 @@ class AdapterFollower:
 
     def _verified_path(self, ann: Announcement) -> Path:
         from streamgrpo.models.adapter_store import verify
+        from streamgrpo.models.errors import AdapterStoreError
 
-        path = self._resolve(ann)
         try:
+            path = self._resolve(ann)
             verify(path, ann.sha256)
-        except AdapterIntegrityError as exc:
+        except (AdapterIntegrityError, AdapterStoreError) as exc:
             raise AdapterRefusedError(str(exc)) from exc
         return path
 
     def _resolve(self, ann: Announcement) -> Path:
-        """Local path of the announced uri (plain path / ``file://`` inside the store; other schemes need fsspec)."""
-        parsed = urlparse(ann.uri)
-        if parsed.scheme in ("", "file"):
-            path = Path(unquote(parsed.path) if parsed.scheme else ann.uri)
-            if self.store_root is not None and not path.resolve().is_relative_to(self.store_root):
-                raise AdapterRefusedError(f"{path} is outside the adapter store {self.store_root} "
-                                          "([loop] adapter_store); adapters load only from the store")
-            return path
+        """Local path of the announced uri: the store's one resolver (:func:`~streamgrpo.models.adapter_store.
+        local_path`, confined to the store when there is one); object-store uris are downloaded into
+        ``<store>/.downloads/<name>/v<version>`` with fsspec."""
+        from streamgrpo.models import adapter_store as store
+
+        if not store.is_remote(ann.uri):
+            return store.local_path(ann.uri, self.store_root)
         try:
             import fsspec
         except ImportError as exc:
-            raise AdapterRefusedError(f"uri scheme {parsed.scheme!r} needs `pip install fsspec` "
-                                      "(and its protocol package); or publish a local/file:// uri") from exc
+            raise AdapterRefusedError(f"uri {ann.uri!r} needs `pip install fsspec` (and its protocol package); "
+                                      "or publish a local/file:// uri") from exc
         if self.store_root is None:
             raise AdapterRefusedError(f"uri {ann.uri!r} is remote; the follower needs an adapter store to download to")
-        target = self.store_root / ".downloads" / ann.adapter_name / f"v{ann.version}"
+        target = store.version_dir(self.store_root / ".downloads", ann.adapter_name, ann.version)
         shutil.rmtree(target, ignore_errors=True)
         try:
             fs, remote = fsspec.core.url_to_fs(ann.uri)

@@ -99,8 +99,13 @@ class LoopSettings(StrictModel):
     and :func:`load` fills it from this section (never from the service's own section).
     """
 
-    adapter_name: str = Field("planner", min_length=1, description="Adapter (LoRA) family trained, published "
-                              "and served.")
+    adapter_name: str = Field("planner", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                              description="Adapter (LoRA) family trained, published and served: one directory "
+                              "name in the adapter store (letters, digits, '.', '_', '-'; no '/' or leading dot).")
+    metrics_bind: str = Field("127.0.0.1", min_length=1, pattern=r"^[0-9A-Za-z.:\-\[\]]+$",
+                              description="Address every service's metrics endpoint (/metrics, /status) binds to. "
+                              "127.0.0.1 (default) keeps it on this machine; set 0.0.0.0 where Prometheus scrapes "
+                              "from elsewhere (the k8s manifests do).")
     run_id: str = Field("", description="Id of the `streamgrpo run` these services belong to (the run writes it "
                         "into its TOML; empty elsewhere). Every service reports it on /status, so `streamgrpo "
                         "status` tells a process of another run from its own.")

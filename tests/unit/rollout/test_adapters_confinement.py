@@ -1,0 +1,93 @@
+"""The adapter follower and ``eval`` load adapters only through the store's one resolver (issue 24, finding 10):
+the attack campaign's uris and names, sent as events / specs, are refusals with a reason and nothing is loaded or
+written outside the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
+
+from streamgrpo.avro import records as R
+from streamgrpo.config import LoopSettings, load
+from streamgrpo.errors import ConfigError
+from streamgrpo.evaluation.adapters import TargetError, parse_version, resolve
+from streamgrpo.rollout.adapters import AdapterFollower
+from streamgrpo.rollout.policy.local import LocalPolicy
+
+
+def _published(version: int, uri: str, sha: str, name: str = "planner") -> R.AdapterPublished:
+    return R.AdapterPublished(envelope=R.Envelope.new("trainer"), adapter_name=name, version=version, uri=uri,
+                              sha256=sha, base_model="in-process", trainer_step=version, lineage=[])
+
+
+def _adapter(out: Path) -> str:
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from streamgrpo.models.adapter_store import sha256_dir
+
+    base = build_tiny_model()
+    torch.manual_seed(1)
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)).save_pretrained(str(out))
+    return sha256_dir(out)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[AdapterFollower, LocalPolicy, Path, Path, str]:
+    store, outside = tmp_path / "store", tmp_path / "outside"
+    store.mkdir()
+    sha = _adapter(outside)
+    policy = LocalPolicy.from_model(build_tiny_model(), build_tiny_tokenizer(), keep_last=2)
+    return AdapterFollower(policy, store_root=store, keep_last=2), policy, store, outside, sha
+
+
+@pytest.mark.parametrize("uri", ["local://{outside}", "simplecache::file://{outside}"])
+def test_fsspec_local_uris_do_not_copy_adapters_from_outside_the_store(setup, uri: str) -> None:
+    follower, policy, store, outside, sha = setup
+    follower.handle(_published(1, uri.format(outside=outside), sha))
+    assert policy.resident_versions("planner") == [] and follower.refused_count == 1
+    assert "not accepted" in follower.refusals[0].reason
+    assert not (store / ".downloads").exists()  # nothing copied in
+
+
+def test_symlinked_weights_in_the_store_are_refused(setup) -> None:
+    """The swap window: an identical copy outside the store, linked from inside, verifies no more."""
+    follower, policy, store, outside, sha = setup
+    inside = store / "planner" / "v1"
+    inside.mkdir(parents=True)
+    for f in outside.iterdir():
+        (inside / f.name).symlink_to(f) if f.name.endswith(".safetensors") else (inside / f.name).write_bytes(
+            f.read_bytes())
+    follower.handle(_published(1, str(inside), sha))
+    assert policy.resident_versions("planner") == [] and "symlink" in follower.refusals[0].reason
+
+
+def test_a_remote_announcement_cannot_name_a_download_directory_outside_the_store(setup, tmp_path: Path) -> None:
+    follower, policy, store, _, sha = setup
+    victim = tmp_path / "victim" / "v1"
+    victim.mkdir(parents=True)
+    (victim / "keep").write_text("x")
+    follower.handle(_published(1, "s3://bucket/planner/v1", sha, name="../../victim"))
+    assert follower.refused_count == 1 and "not a plain name" in follower.refusals[0].reason
+    assert (victim / "keep").read_text() == "x"  # not removed by the download's clean-up
+
+
+def test_eval_refuses_an_adapter_spec_that_is_a_path(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    (tmp_path / "outside" / "v1").mkdir(parents=True)
+    (tmp_path / "outside" / "v1" / "adapter_config.json").write_text("{}")
+    with pytest.raises(TargetError, match="not a plain name"):
+        parse_version("../outside@v1", "planner")
+    with pytest.raises(TargetError, match="not a plain name"):
+        resolve(["../outside@v1"], [], all_versions=False, include_base=False, adapter_name="planner", events=[],
+                store_root=store)
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", ".."])
+def test_loop_adapter_name_that_is_a_path_is_a_config_error(tmp_path: Path, name: str) -> None:
+    toml = tmp_path / "s.toml"
+    toml.write_text(f'[loop]\nadapter_name = "{name}"\n')
+    with pytest.raises(ConfigError, match="adapter_name"):
+        load(LoopSettings, "loop", path=toml, environ={})
