@@ -116,36 +116,44 @@ def ask(ctx: click.Context, question: str, roles: str, model: str | None, device
         sys.exit(1)
 
 
+
+def _echo(text: str) -> None:
+    """``click.echo`` of text that came from the model or a tool, with control characters escaped."""
+    from streamgrpo.log import printable
+
+    click.echo(printable(text))
+
 class _StepPrinter:
-    """Readable live trace of one trajectory."""
+    """Readable live trace of one trajectory. Model and tool text is printed through :func:`_echo`: terminal
+    control sequences (ANSI/OSC escapes, CR, bidi overrides) are shown escaped, never interpreted."""
 
     def __init__(self, question: str, prefix: str = "") -> None:
         self.t0 = time.monotonic()
         self.prefix = prefix
-        click.echo(f"Question: {question}")
+        _echo(f"Question: {question}")
 
     def analysis(self, a: Any) -> None:
-        click.echo(f"Analysis [{a.mode}]: skills: {', '.join(a.skills) or '-'}; useful tools: "
+        _echo(f"Analysis [{a.mode}]: skills: {', '.join(a.skills) or '-'}; useful tools: "
                    f"{', '.join(a.tools) or '-'}")
 
     def __call__(self, event: R.Event) -> None:
         from streamgrpo.avro import records as R
 
         if isinstance(event, R.PlannerAction):
-            click.echo(f"\nTurn {event.envelope.turn}")
-            click.echo(f"  plan     [{event.parse_status.value}] {' '.join((self.prefix + event.action_text).split())[:300]}")
-            click.echo(f"           ({len(event.action_token_ids)} tokens, {event.latency_ms} ms, "
+            _echo(f"\nTurn {event.envelope.turn}")
+            _echo(f"  plan     [{event.parse_status.value}] {' '.join((self.prefix + event.action_text).split())[:300]}")
+            _echo(f"           ({len(event.action_token_ids)} tokens, {event.latency_ms} ms, "
                        f"{event.adapter_name}@v{event.adapter_version})")
         elif isinstance(event, R.ToolObservation):
-            click.echo(f"  command  {event.tool} <- {event.command[:200]}   (executor: {event.executor_mode})")
+            _echo(f"  command  {event.tool} <- {event.command[:200]}   (executor: {event.executor_mode})")
             text = f"ERROR: {event.error}" if event.error else event.output
-            click.echo(f"  observe  {' '.join(text.split())[:300]}")
+            _echo(f"  observe  {' '.join(text.split())[:300]}")
         elif isinstance(event, R.Verdict):
-            click.echo(f"  verdict  {event.decision.value}: {event.analysis[:200]}   (verifier: {event.verifier_mode})")
+            _echo(f"  verdict  {event.decision.value}: {event.analysis[:200]}   (verifier: {event.verifier_mode})")
         elif isinstance(event, R.RolloutCompleted):
             where = f"error: {event.error}" if event.error else f"{event.turns} turns"
-            click.echo(f"\nFinal answer [{event.status.value}, {where}, {time.monotonic() - self.t0:.1f} s]:")
-            click.echo(f"  {event.final_answer or '(none)'}")
+            _echo(f"\nFinal answer [{event.status.value}, {where}, {time.monotonic() - self.t0:.1f} s]:")
+            _echo(f"  {event.final_answer or '(none)'}")
 
 
 class _JsonPrinter:

@@ -12,7 +12,21 @@ import sys
 
 from streamgrpo.redact import redact, register_secret
 
-__all__ = ["RedactingFilter", "redact", "register_secret", "setup_logging"]
+__all__ = ["RedactingFilter", "printable", "redact", "register_secret", "setup_logging"]
+
+_KEEP = frozenset("\n\t")
+
+
+def printable(text: str, *, keep_newlines: bool = True, limit: int | None = None) -> str:
+    """``text`` safe for a terminal or one log line: control characters (ESC of ANSI/OSC sequences, CR, BEL,
+    C1, bidi overrides) become ``\\x1b``-style escapes; newlines too unless ``keep_newlines``; cut to ``limit``
+    characters (marked with an ellipsis)."""
+    import unicodedata
+
+    keep = _KEEP if keep_newlines else frozenset()
+    out = "".join(ch if ch in keep or unicodedata.category(ch)[0] != "C" or ch == " "
+                  else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return out if limit is None or len(out) <= limit else out[:limit] + "…"
 
 _FORMATTER = logging.Formatter()
 

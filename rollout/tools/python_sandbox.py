@@ -307,7 +307,10 @@ def run_sandboxed(code: str, limits: SandboxSettings | None = None, plan: JailPl
     plan = plan or prepare_jail(limits)
     run, _ = _spawn(plan, limits, code, child_config(limits))
     if run.jail_error is not None:
-        log.error("python sandbox: %s", run.jail_error)
+        from streamgrpo.log import printable
+
+        # the error may quote the program's own stderr: one escaped, bounded line in the worker's log
+        log.error("python sandbox: %s", printable(run.jail_error, keep_newlines=False, limit=400))
     return run
 
 
