@@ -30,6 +30,7 @@ exactness on a busy cluster (figures are read one after another, not as one snap
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -40,6 +41,7 @@ import click
 
 from streamgrpo import metrics as M
 from streamgrpo.config import KafkaSettings, load
+from streamgrpo.log import printable
 from streamgrpo.topics import catalog
 
 ADAPTER_TOPIC, REGISTRY_TOPIC, SAMPLES_TOPIC, DLQ_TOPIC = catalog.ADAPTER_EVENTS, catalog.ADAPTER_REGISTRY, catalog.TRAINING_SAMPLES, \
@@ -135,8 +137,11 @@ class Reader:
             self._ends[topic] = {p: end for (_, p), (_, end) in sorted(bounds.items())}
         return self._ends[topic]
 
-    def since(self, topic: str, since_ms: int | None = None, last: int | None = None) -> list[Any]:
-        """Decoded events of ``topic`` from ``since_ms`` (or the ``last`` records per partition) to its end."""
+    def since(self, topic: str, kind: type | tuple[type, ...], since_ms: int | None = None,
+              last: int | None = None) -> list[Any]:
+        """Decoded events of type ``kind`` on ``topic`` from ``since_ms`` (or the ``last`` records per partition)
+        to its end; records that do not decode or are another type are skipped (the dead-letter path's business,
+        not the status screen's)."""
         from confluent_kafka import TopicPartition
 
         from streamgrpo.avro.codec import Codec
@@ -161,9 +166,11 @@ class Reader:
             if msg is None or msg.error():
                 continue
             try:
-                out.append(codec.decode(msg.value() or b""))
+                event = codec.decode(msg.value() or b"")
             except DecodeError:
-                pass  # a bad record is the dead-letter path's business, not the status screen's
+                event = None
+            if isinstance(event, kind):
+                out.append(event)
             partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
             if offset + 1 >= ends[partition]:
                 todo.discard(partition)
@@ -205,17 +212,19 @@ def adapter_versions(reader: Reader, canary_share: float, adapter_name: str = "p
     from streamgrpo.models.registry import AdapterRegistry
 
     registry_fold = AdapterRegistry(canary_share)
-    for ev in reader.since(ADAPTER_TOPIC):
+    for ev in reader.since(ADAPTER_TOPIC, object):  # the fold ignores other event types itself
         registry_fold.apply(ev)
-    registry = {ev.version: ev.status.value for ev in reader.since(REGISTRY_TOPIC) if isinstance(ev, R.AdapterState)}
+    registry = {ev.version: ev.status.value for ev in reader.since(REGISTRY_TOPIC, R.AdapterState)}
     line = registry_fold.line(adapter_name)
     return {"published": line.latest, "primary": line.primary, "canary": line.canary}, registry
 
 
 def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
     """Newest adapter version in each worker instance's recent RolloutCompleted records."""
+    from streamgrpo.avro import records as R
+
     newest: dict[str, tuple[float, int]] = {}
-    for ev in reader.since(catalog.ROLLOUTS, last=last):
+    for ev in reader.since(catalog.ROLLOUTS, R.RolloutCompleted, last=last):
         who = f"{ev.envelope.producer.service}/{ev.envelope.producer.instance}"
         seen = (ev.envelope.event_time.timestamp(), int(ev.adapter_version))  # same millisecond: the higher version
         newest[who] = max(newest.get(who, seen), seen)
@@ -223,15 +232,19 @@ def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
 
 
 def groups_in_flight(reader: Reader, window_s: float) -> int:
+    from streamgrpo.avro import records as R
+
     since = int((time.time() - window_s) * 1000)
-    requested = {ev.envelope.group_id for ev in reader.since(catalog.ROLLOUT_REQUESTS, since)}
-    closed = {ev.envelope.group_id for ev in reader.since(catalog.GROUPS, since)}
+    requested = {ev.envelope.group_id for ev in reader.since(catalog.ROLLOUT_REQUESTS, R.RolloutRequest, since)}
+    closed = {ev.envelope.group_id for ev in reader.since(catalog.GROUPS, R.GroupClosed, since)}
     return len(requested - closed)
 
 
 def dead_letters(reader: Reader, report: Report) -> None:
+    from streamgrpo.avro import records as R
+
     since = int((time.time() - 3600) * 1000)
-    events = reader.since(DLQ_TOPIC, since)
+    events = reader.since(DLQ_TOPIC, R.DeadLetter, since)
     report.dead_letters = len(events)
     report.dead_letter_reasons = dict(Counter(ev.reason_code for ev in events).most_common())
     for ev in events:
@@ -270,8 +283,21 @@ def probe_services(targets: dict[str, str], timeout_s: float, ours: dict[str, st
             continue
         readings[service] = reading
         services.append(Service(service, target, reading.up, reading.error,
-                                reading.status.get("last_error") if reading.up else None))
+                                last_error(reading.status.get("last_error")) if reading.up else None))
     return services, readings
+
+
+def last_error(value: Any) -> dict[str, Any] | None:
+    """An endpoint's ``last_error`` as {"time": float | None, "message": str}, whatever shape it came in (a
+    string, a dict with a missing or non-numeric time): the screen shows what an endpoint says, never crashes."""
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        return {"time": None, "message": str(value)}
+    when = value.get("time")
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
+        when = None
+    return {"time": None if when is None else float(when), "message": str(value.get("message", value))}
 
 
 def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: float = 0.0, window_s: float = 3600.0,
@@ -341,7 +367,7 @@ def render(r: Report) -> str:
     reasons = ", ".join(f"{k} {n}" for k, n in r.dead_letter_reasons.items())
     lines.append(f"dead letters, last hour {r.dead_letters}{f' ({reasons})' if reasons else ''}")
     for consumer, what in r.last_dead_letter.items():
-        lines.append(f"  last from {consumer}: {what}")
+        lines.append(f"  last from {printable(consumer, keep_newlines=False)}: {printable(what, keep_newlines=False)}")
     lines += ["", f"{'consumer group':<28} {'topic':<18} {'part':>4} {'committed':>10} {'end':>10} {'lag':>8}"]
     for lag in sorted(r.lags, key=lambda x: (x.group, x.topic, x.partition)):
         lines.append(f"{lag.group[:28]:<28} {lag.topic[:18]:<18} {lag.partition:>4} {lag.committed:>10} "
@@ -352,7 +378,9 @@ def render(r: Report) -> str:
     for s in r.services:
         state = "up" if s.up else f"other loop ({s.other_loop})" if s.other_loop else f"DOWN ({s.error})"
         if s.last_error:
-            state += f"   last error {_ago(s.last_error['time'], r.at)}: {s.last_error['message'][:90]}"
+            when = s.last_error.get("time")
+            state += (f"   last error {_ago(when, r.at) if isinstance(when, (int, float)) else '(time unknown)'}: "
+                      f"{printable(str(s.last_error.get('message', '')), keep_newlines=False)[:90]}")
         lines.append(f"{s.service:<8} {s.target:<22} {state}")
     return "\n".join(lines)
 

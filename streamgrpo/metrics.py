@@ -343,7 +343,7 @@ class Metrics:
             self.last_error = {"time": record.created, "logger": record.name, "message": message}
             self.set(LAST_ERROR, record.created)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int | None:
+    def serve(self, port: int, host: str = "127.0.0.1") -> int | None:
         """Serve /metrics and /status on ``host:port`` in a daemon thread; the bound port, or None."""
         try:
             self._server = make_server(host, port, self._wsgi, _ThreadingServer, handler_class=_QuietHandler)
@@ -428,8 +428,20 @@ def current() -> Metrics:
     return _current
 
 
-def start(service: str, port: int, *, host: str = "0.0.0.0") -> Metrics:
-    """Turn metrics on for this process: registry, WARNING/ERROR log counting, HTTP endpoint (port 0 = none)."""
+def bind_address(config_path: str | None) -> str:
+    """``[loop] metrics_bind`` of this process's settings (127.0.0.1 when they do not load)."""
+    from streamgrpo.config import LoopSettings, load
+    from streamgrpo.errors import ConfigError
+
+    try:
+        return load(LoopSettings, "loop", path=config_path).metrics_bind
+    except ConfigError:
+        return "127.0.0.1"
+
+
+def start(service: str, port: int, *, host: str | None = None) -> Metrics:
+    """Turn metrics on for this process: registry, WARNING/ERROR log counting, HTTP endpoint (port 0 = none) on
+    ``host`` (default ``[loop] metrics_bind``, 127.0.0.1 unless set)."""
     global _current
     if service not in SERVICES and service not in OPTIONAL_SERVICES:
         raise ValueError(f"unknown service {service!r}; one of {(*SERVICES, *OPTIONAL_SERVICES)}")
@@ -439,7 +451,7 @@ def start(service: str, port: int, *, host: str = "0.0.0.0") -> Metrics:
     m._handler = _LogHandler(m)
     logging.getLogger().addHandler(m._handler)
     if port and m.enabled:
-        m.serve(port, host)
+        m.serve(port, host or bind_address(_config_path[0]))
     _current = m
     return m
 
@@ -473,24 +485,43 @@ class Reading:
 
 
 _TARGET = re.compile(r"^(https?://)?[^/\s]+:\d+$")
+#: The most a scrape reads of an endpoint's /metrics and /status bodies; more is an error, not memory.
+MAX_METRICS_BYTES, MAX_STATUS_BYTES = 4 << 20, 256 << 10
+
+
+def _read_bounded(url: str, timeout_s: float, limit: int) -> str:
+    """The body at ``url``: at most ``limit`` bytes within ``timeout_s`` overall (a socket read waits at most
+    ``timeout_s`` too), else ValueError -- an endless or trickling body cannot hold the reader or its memory."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    chunks, size = [], 0
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - http only
+        while chunk := resp.read1(min(64 << 10, limit + 1 - size)):  # read1: one socket read, not a full buffer
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise ValueError(f"{url} sent more than {limit} bytes")
+            if time.monotonic() > deadline:
+                raise ValueError(f"{url} did not finish its body within {timeout_s:g} s")
+    return b"".join(chunks).decode()
 
 
 def read_endpoint(target: str, timeout_s: float = 2.0) -> Reading:
-    """Scrape ``host:port`` (/metrics and /status). Never raises for an unreachable endpoint."""
+    """Scrape ``host:port`` (/metrics and /status), each body bounded in size and time. Never raises for an
+    unreachable, endless or malformed endpoint."""
     import urllib.error
-    import urllib.request
 
     if not _TARGET.match(target):
         return Reading(target, False, f"not host:port: {target!r}")
     base = target if target.startswith("http") else f"http://{target}"
     try:
-        with urllib.request.urlopen(f"{base}/metrics", timeout=timeout_s) as resp:  # noqa: S310 - http only
-            text = resp.read().decode()
-        with urllib.request.urlopen(f"{base}/status", timeout=timeout_s) as resp:  # noqa: S310
-            status = json.loads(resp.read().decode() or "{}")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return Reading(target, False, str(getattr(exc, "reason", exc)))
-    return Reading(target, True, samples=parse_exposition(text), status=status if isinstance(status, dict) else {})
+        text = _read_bounded(f"{base}/metrics", timeout_s, MAX_METRICS_BYTES)
+        status = json.loads(_read_bounded(f"{base}/status", timeout_s, MAX_STATUS_BYTES) or "{}")
+        samples = parse_exposition(text)
+    except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
+        return Reading(target, False, str(getattr(exc, "reason", exc))[:200])
+    return Reading(target, True, samples=samples, status=status if isinstance(status, dict) else {})
 
 
 def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
