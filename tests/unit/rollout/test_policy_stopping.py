@@ -51,7 +51,10 @@ def test_local_policy_stops_each_row_where_its_object_closes() -> None:
             assert short.token_ids == whole.token_ids
             continue
         keep = next(i + 1 for i in range(len(chars)) if len("".join(chars[:i + 1])) >= end)
-        assert short.token_ids == whole.token_ids[:keep] and short.logprobs == whole.logprobs[:keep]
+        assert short.token_ids == whole.token_ids[:keep]
+        # a stopped row leaves the decode batch, so the others' matmuls run at another batch size; the CPU
+        # kernels for another shape round differently (measured: 5e-7 at one token on this AVX-512 machine)
+        assert short.logprobs == pytest.approx(whole.logprobs[:keep], abs=1e-5)
         assert rule.end_of(short.text) == len(short.text)
         closed += 1
     assert closed >= 3, f"only {closed} of 24 random rows closed their object; pick another seed"
