@@ -7,7 +7,8 @@ nothing. The fan-out keeps, per task it fanned out, the outcome of each of its g
 - **requeue**: the group had signal (with the correctness reward: its pass rate was strictly between 0
   and 1) -> the task is fanned out again, AHEAD of new tasks, until it has had ``requeue_max`` groups;
 - **park**: the group had no signal -> the task is retried once ``park_after`` other groups have been
-  admitted (the policy may have changed by then), at most ``park_retries`` times;
+  admitted (the policy may have changed by then), or at once when no new task arrives any more (the
+  fan-out is idle), at most ``park_retries`` times;
 - **retire**: neither (its budget is spent).
 
 A task fanned out again is a new group of the same task: ``metadata["attempt"]`` is its group count so
@@ -110,14 +111,16 @@ class Curriculum:
         self._forget(task_id)
         return Decision(task_id, "retire", rate, entry.groups)
 
-    def next_due(self) -> R.Task | None:
+    def next_due(self, idle: bool = False) -> R.Task | None:
         """The next task to fan out again, requeues first (oldest first), then parked tasks whose time
-        has come; None when nothing is due. The returned task carries its new attempt and the reason."""
+        has come; None when nothing is due. ``idle``: no new task is arriving (the fan-out's source ran
+        dry), so the clock of ``park_after`` would never advance: the oldest parked task is due now. The
+        returned task carries its new attempt and the reason."""
         if self._requeue:
             task_id, rate = self._requeue.popitem(last=False)
             return self._again(task_id, REQUEUE, rate)
         for task_id, (due, rate) in list(self._parked.items()):
-            if due <= self.admitted:
+            if due <= self.admitted or idle:
                 del self._parked[task_id]
                 return self._again(task_id, RETRY, rate)
         return None

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 from streamgrpo import metrics
@@ -55,6 +56,8 @@ from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TASK_BYTES
 __all__ = ["Backlog", "FanoutPolicy", "admit", "attempt_of", "check_task", "fan_out", "register"]
 
 log = logging.getLogger(__name__)
+#: Seconds without an admitted group (and none in flight) after which the fan-out counts as idle.
+IDLE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -157,9 +160,10 @@ class _Shell:
             if not await self.send_due() or not await self.send_group(task):  # tasks with signal go first
                 self.hand_back(task, ev)
 
-    async def send_due(self) -> bool:
-        """Sends every group the curriculum has due; False when the worker yielded (the rest wait, in order)."""
-        while (due := self.deferred.pop(0) if self.deferred else self.curriculum.next_due()) is not None:
+    async def send_due(self, idle: bool = False) -> bool:
+        """Sends every group the curriculum has due (``idle``: parked ones too, see
+        :meth:`Curriculum.next_due`); False when the worker yielded (the rest wait, in order)."""
+        while (due := self.deferred.pop(0) if self.deferred else self.curriculum.next_due(idle)) is not None:
             if not await self.send_group(due):
                 self.deferred.insert(0, due)
                 return False
@@ -221,13 +225,19 @@ class _Shell:
         return True
 
     async def curriculum_pump(self) -> None:
-        """Fans out due tasks while no new task arrives (the agent only runs on new tasks)."""
+        """Fans out due tasks while no new task arrives (the agent only runs on new tasks). When no group was
+        admitted for :data:`IDLE_S` and none is in flight, the task source has run dry: parked tasks are
+        retried at once (the ``park_after`` clock counts admissions and would never advance)."""
         await self.follower.caught_up.wait()
+        admitted, since = self.curriculum.admitted, time.monotonic()
         while True:
             await asyncio.sleep(1.0)
+            if self.curriculum.admitted != admitted:
+                admitted, since = self.curriculum.admitted, time.monotonic()
+            idle = self.view.in_flight == 0 and time.monotonic() - since >= IDLE_S
             if (self.deferred or self.curriculum.pending) and not self.lock.locked():
                 async with self.lock:
-                    await self.send_due()
+                    await self.send_due(idle)
 
 
 def register(ctx: StreamsContext) -> None:

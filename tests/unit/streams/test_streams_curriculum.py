@@ -91,3 +91,16 @@ def test_disabled_it_decides_nothing_and_memory_is_bounded() -> None:
         small.remember(task(f"t{i}"), 0)
     assert small.closed(closed(task("t0"), 0, 0.5, True)) is None  # forgotten
     assert small.closed(closed(task("t4"), 0, 0.5, True)).action == "requeue"
+
+
+def test_when_no_new_task_arrives_parked_tasks_are_retried_at_once() -> None:
+    """A task source that ran dry (a small task file): the park_after clock counts admissions and would
+    never advance, so an idle fan-out retries the parked tasks now."""
+    cur = Curriculum(CurriculumPolicy(park_after=48))
+    t = task("z")
+    cur.remember(t, 0)
+    assert cur.closed(closed(t, 0, 0.0, False)).action == "park"
+    assert cur.next_due() is None  # 47 more admissions to go
+    retry = cur.next_due(idle=True)
+    assert retry is not None and retry.metadata["curriculum"] == "retry" and attempt_of(retry) == 1
+    assert cur.next_due(idle=True) is None and cur.pending == 0
