@@ -22,9 +22,12 @@ def test_run_registers_itself_and_status_finds_it_without_flags(tmp_path: Path, 
     cfg = tmp_path / "streamgrpo.toml"
     cfg.write_text(f'[loop]\nmodel_cache = "{model_cache}"\n\n[evaluator]\nenabled = false\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGRPO")}
+    # SIGINT at its default in the child, as in a terminal: a test runner started in the background (`cmd &` in a
+    # non-interactive shell) ignores SIGINT, children inherit that, and the run would not see the Ctrl-C below
     proc = subprocess.Popen([sys.executable, "-m", "streamgrpo.cli", "--config", str(cfg), "run", "--home", str(home),
                              "--duration", "300", "--limit", "1", "--no-final-eval"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         records: list[Path] = []

@@ -51,7 +51,7 @@ def test_run_with_the_vllm_policy_serves_published_adapters(kafka_ns: KafkaSetti
         # this test is about vLLM serving published adapters, so it needs groups with reward variance soon: with
         # free (unconstrained) vLLM replies, SmolLM2 rarely answers right (0 of 160 rollouts measured), so the
         # correctness-only default trains nothing; the hybrid judge's answered/format terms give variance
-        '[judge]\ndefault_judge = "hybrid"\n\n[judge.routes]\nbuiltin = "hybrid"\n'
+        '[judge]\ndefault_judge = "hybrid"\nroutes = { builtin = "hybrid" }\n'
     )
     home = tmp_path / "home"
     env = dict(os.environ, STREAMGRPO_CONFIG=str(cfg))
