@@ -109,7 +109,9 @@ def merge_run_defaults(base: dict[str, Any], *, run_dir: Path, home: Path) -> di
 
 
 def to_toml(data: dict[str, Any]) -> str:
-    """A TOML writer for the flat tables streamgrpo uses (scalars and lists of scalars)."""
+    """A TOML writer for streamgrpo's config: top-level sections as tables; values may be scalars, lists, and
+    nested tables or lists of tables (``[judge] routes``, ``[judge.hybrid]``, ``[[rollout.tools.mcp_servers]]``),
+    written inline so that ``tomllib`` reads back the same structure."""
 
     def value(v: Any) -> str:
         if isinstance(v, bool):
@@ -118,6 +120,8 @@ def to_toml(data: dict[str, Any]) -> str:
             return repr(v)
         if isinstance(v, (list, tuple)):
             return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(str(k))} = {value(x)}" for k, x in v.items()) + " }"
         return json.dumps(str(v))
 
     lines = [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict)]
