@@ -56,6 +56,10 @@ def summarise(report: Path) -> dict[str, object]:
                                                                for k in ("accuracy", "ci_low", "ci_high")}},
         "heldout_gain": round(last["accuracy"] - base["accuracy"], 3) if base and last else None,
         "heldout_tasks": base["tasks"] if base else None,
+        "heldout_change": summary.get("heldout_change") and {
+            k: v for k, v in summary["heldout_change"].items() if k in ("mean", "ci_low", "ci_high", "line")},
+        "per_kind_change": summary.get("heldout_change") and {
+            k: round(v["mean"], 3) for k, v in summary["heldout_change"]["per_kind"].items()},
         "rollouts": summary["rollouts"], "groups": summary["groups"], "groups_training": summary["groups_training"],
         "training_samples": summary["training_samples"], "adapters_published": summary["adapters_published"],
         "publish_to_first_rollout_s": loop["publish_to_first_rollout_s"],
@@ -112,6 +116,8 @@ def main(duration_s: int = 1800, runs: int = 1, plot: Path | None = None) -> dic
         if any(r["heldout_last"] for r in results) else None,
         "mean_heldout_gain": round(mean(gains), 3) if gains else None,
         "heldout_gain_range": [min(gains), max(gains)] if gains else None,
+        "seeds_with_ci_above_zero": sum(1 for r in results if r.get("heldout_change")
+                                        and r["heldout_change"]["ci_low"] > 0),
         "per_run": [{k: v for k, v in r.items() if k != "reward_table"} for r in results],
         "table": results[-1]["reward_table"],
     }

@@ -3,9 +3,10 @@
 The judge of a task follows the judge service's routing (``[judge] routes`` by task source). An
 evaluation keeps only the correctness part of it:
 - ``math`` / ``qa``: that judge's verdict;
-- ``hybrid`` (the built-in tasks' judge in training): its correctness judge (math when the ground
-  truth is mathematical, else qa) -- the format and tool components are left out;
-- ``llm`` / ``group_relative``: evaluated programmatically like ``hybrid`` (an evaluation must be
+- ``correct`` (the built-in tasks' judge in training) and ``hybrid``: the ``correct`` judge (math when the
+  ground truth is mathematical, else qa, no partial credit; the question's arithmetic restated is not an
+  answer) -- the hybrid's format and tool components are left out;
+- ``llm`` / ``group_relative``: evaluated programmatically like ``correct`` (an evaluation must be
   reproducible and free; say so in the provenance).
 
 What is not covered: tasks without ground truth (they cannot be evaluated and are rejected).
@@ -18,11 +19,11 @@ from dataclasses import dataclass
 from streamgrpo.avro import records as R
 from streamgrpo.judge.config import JudgeSettings
 from streamgrpo.judge.scorers.base import Candidate, rubric_hash
-from streamgrpo.judge.scorers.hybrid import HybridScorer
+from streamgrpo.judge.scorers.correct import CorrectScorer
 from streamgrpo.judge.scorers.math import MathScorer
 from streamgrpo.judge.scorers.qa import QAScorer
 
-RUBRIC_VERSION = "correctness-v1"
+RUBRIC_VERSION = "correctness-v2"
 
 
 @dataclass
@@ -35,8 +36,8 @@ class CorrectnessJudge:
         s = self.settings
         self.math = MathScorer(s.math)
         self.qa = QAScorer(s.qa)
-        self.auto = HybridScorer(s.hybrid.model_copy(update={"correctness": "auto"}), s.math, s.qa)
-        self.info = R.JudgeInfo(name="correctness", rubric_hash=rubric_hash(RUBRIC_VERSION, self.math.rubric_hash,
+        self.auto = CorrectScorer(s.math, s.qa)
+        self.info = R.JudgeInfo(name="correctness", rubric_hash=rubric_hash(RUBRIC_VERSION, self.auto.rubric_hash,
                                                                           self.qa.rubric_hash, str(sorted(s.routes.items()))),
                                 model=None)
 
@@ -45,6 +46,6 @@ class CorrectnessJudge:
             raise ValueError(f"task {question[:60]!r} has no ground truth: it cannot be evaluated")
         candidate = Candidate(question=question, answer=answer, ground_truths=tuple(truths))
         name = self.settings.routes.get(source, self.settings.default_judge)
-        scorer = {"math": self.math, "qa": self.qa}.get(name) or self.auto.correctness_judge(candidate)
+        scorer = {"math": self.math, "qa": self.qa}.get(name) or self.auto
         verdict = scorer.score(candidate)
         return bool(verdict.correct if verdict.correct is not None else verdict.score >= 1.0)

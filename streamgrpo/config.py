@@ -120,8 +120,10 @@ class LoopSettings(StrictModel):
                                   "the trainer reads this many, oldest behaviour version first (more when a "
                                   "sample it holds would otherwise wait until it is too stale); the fan-out's "
                                   "admission budget derives from it.")
-    max_turns: int = Field(4, ge=1, le=32, description="Planner turn budget of a rollout, written into every "
-                           "RolloutRequest (and used by `ask`); a worker honours each request's own budget.")
+    max_turns: int = Field(3, ge=1, le=32, description="Planner turn budget of a rollout, written into every "
+                           "RolloutRequest (and used by `ask`); a worker honours each request's own budget. 3: "
+                           "two tool calls and the answer turn cover every built-in task kind; the untrained "
+                           "planner scores the same held-out accuracy as with 4 in two thirds of the time.")
     canary_share: float = Field(
         0.0, ge=0, le=1, description="Share of groups served by the canary: the newest published adapter version "
         "above the primary (the training line under A/B test against the primary, which serves the rest). A new "

@@ -53,7 +53,7 @@ class TrainerConfig(StrictModel):
     kl_coef: float = Field(0.0, ge=0.0, description="Weight of the KL penalty to the reference (base model with the adapter disabled); 0 disables it.")
     kl_estimator: str = Field("k3", description="KL estimator per token: k1, k2 or k3.")
     temperature: float = Field(1.0, gt=0.0, description="Temperature to recompute samples that record no sampling parameters (written before TrainingSample.sampling); every other sample is recomputed with its own recorded temperature.")
-    lr: float = Field(5e-5, gt=0.0, description="Peak learning rate (AdamW).")
+    lr: float = Field(1e-4, gt=0.0, description="Peak learning rate (AdamW); 1e-4 suits a rank-16 LoRA on a 135M model at 8 rollouts per step (LoRA takes ~10x the full fine-tuning rate).")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     lr_schedule: str = Field("constant", description="LR schedule after warmup: constant, linear or cosine.")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")

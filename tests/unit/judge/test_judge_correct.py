@@ -7,12 +7,15 @@ earned without the correct answer. The built-in tasks route to it by default.
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamgrpo.judge.config import JudgeSettings
 from streamgrpo.judge.scorers import build_scorer
 from streamgrpo.judge.scorers.base import Candidate
+from streamgrpo.judge.scorers.correct import unevaluated_expression
 from streamgrpo.tasks.builtin import heldout_tasks
 
 SCORER = build_scorer("correct")
@@ -67,9 +70,26 @@ def test_every_weighted_component_needs_the_correct_answer(truths: tuple[str, ..
 @settings(max_examples=200, deadline=None)
 @given(truths=TRUTHS, noise=st.text(alphabet="0123456789+-*/^ .,{}x()", max_size=20))
 def test_a_mathematical_looking_wrong_answer_scores_zero(truths: tuple[str, ...], noise: str) -> None:
-    """Near-miss numbers and expressions: 1 only when the inner judge says the value is the truth."""
+    """Near-miss numbers and expressions: 1 only when the inner judge says the value is the truth and the answer
+    is not the computation restated (an unevaluated expression against plain-number truths)."""
     truth = truths[0]
     answer = f"{truth}{noise}"
     score = SCORER.score(candidate(answer, truths))
     inner = build_scorer("math" if any(c.isdigit() for c in truth) else "qa").score(candidate(answer, truths))
-    assert score.score == (1.0 if inner.correct else 0.0)
+    restated = all(re.fullmatch(r"-?\d+(\.\d+)?", t) for t in truths) and unevaluated_expression(answer)
+    assert score.score == (1.0 if inner.correct and not restated else 0.0)
+
+
+def test_the_questions_arithmetic_restated_is_not_an_answer() -> None:
+    """The math judge reads "413 * 24 - 416" as 9496: a planner that copies the question's expression into its
+    answer would be paid for a computation it never did. Against a plain-number truth it scores 0; an answer
+    that states the value still scores 1, and a lone fraction is a value."""
+    truths = ("9496",)
+    for echo in ("413 * 24 - 416", "413*24-416", "(413 * 24) - 416", "$413 \\times 24 - 416$", "97 squared"):
+        s = SCORER.score(candidate(echo, truths if "squared" not in echo else ("9409",), calls=1))
+        assert s.score == 0.0 and s.components[0][0] == "correctness:unevaluated", echo
+    for stated in ("9496", "9,496", "413*24-416 = 9496", "The result is 9496."):
+        assert SCORER.score(candidate(stated, truths, calls=1)).score == 1.0, stated
+    assert SCORER.score(candidate("3/4", ("0.75",))).score == 1.0
+    # A truth that is itself an expression keeps the math judge's equivalence.
+    assert SCORER.score(candidate("2*x + 2", ("2(x+1)",))).score == 1.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamgrpo.avro import records as R
-from streamgrpo.config import load
+from streamgrpo.config import LoopSettings, load
 from streamgrpo.errors import ConfigError
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.worker import group_requests, incomplete
@@ -29,7 +29,7 @@ def test_group_requests_buckets_in_arrival_order_sorted_and_deduplicated():
 def test_config_layers_and_rejects_bad_values():
     cfg = load(RolloutConfig, "rollout", environ={"STREAMGRPO_ROLLOUT__CONCURRENCY": "3"},
                overrides={"executor_mode": "model", "max_turns": None})
-    assert cfg.concurrency == 3 and cfg.executor_mode == "model" and cfg.max_turns == 4
+    assert cfg.concurrency == 3 and cfg.executor_mode == "model" and cfg.max_turns == LoopSettings().max_turns
     assert "secret" not in repr(RolloutConfig(vllm_api_key="secret"))
     with pytest.raises(ConfigError, match="verifier_mode"):
         load(RolloutConfig, "rollout", environ={}, overrides={"verifier_mode": "oracle"})

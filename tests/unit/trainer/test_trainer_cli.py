@@ -27,7 +27,7 @@ def test_layering_env_toml_and_options(tmp_path):
     toml.write_text('[loop]\nsamples_per_step = 3\n[trainer]\nlora_rank = 4\nloss = "gspo"\n')
     cfg = load(TrainerConfig, "trainer", path=toml, environ={"STREAMGRPO_LOOP__SAMPLES_PER_STEP": "5"},
                overrides={"loss": "grpo", "lr": None})
-    assert (cfg.lora_rank, cfg.loss, cfg.samples_per_step, cfg.lr) == (4, "grpo", 5, 5e-5)
+    assert (cfg.lora_rank, cfg.loss, cfg.samples_per_step, cfg.lr) == (4, "grpo", 5, TrainerConfig().lr)
     assert cfg.group_id == "trainer.planner.default"
 
 
