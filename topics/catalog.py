@@ -9,6 +9,12 @@ types it carries. ``streamgrpo topics ensure`` creates missing topics and report
 Partition counts are sized for the embedded broker and a small cluster. To raise one in production,
 change it here and on the broker (partitions can grow, never shrink; keys then move partitions, so do
 it between runs); ``topics ensure`` reports a broker whose counts differ from this catalog as drift.
+
+``writers`` names the principals (:data:`PRINCIPALS`) that may produce to a topic. It is the one
+declaration of who writes what: ``k8s/gen_topics.py`` renders it as Strimzi ``KafkaUser`` ACLs
+(``k8s/components/kafka-acl``) and ``tests/unit/topics/test_catalog_writers.py`` checks it against the
+modules that construct each event. It does not restrict anything by itself: a broker without
+authorization (the embedded one, a plain listener) lets any client write any topic.
 """
 
 from __future__ import annotations
@@ -19,6 +25,12 @@ from typing import Any
 from streamgrpo.avro.records import Event
 
 DAY_MS = 24 * 3600 * 1000
+
+#: The Kafka principals, one per kind of process: the five loop services, the MCP server
+#: (``streamgrpo serve``) and ``operator`` (a person's CLI: ``submit``, ``label``, ``adapters``,
+#: ``eval``, and the ``topics ensure`` Job). Rollout workers run model-written code in a sandbox
+#: and the judge and the MCP server face untrusted input: none of them may write ``adapter-events``.
+PRINCIPALS: tuple[str, ...] = ("streams", "judge", "rollout", "trainer", "evaluator", "mcp", "operator")
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,12 @@ class TopicSpec:
     replication: int = 1
     doc: str = ""
     extra_config: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    writers: tuple[str, ...] = ()  # principals (PRINCIPALS) allowed to produce to this topic
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.writers) - set(PRINCIPALS))
+        if unknown:
+            raise ValueError(f"topic {self.name}: unknown writer(s) {unknown}; principals are {', '.join(PRINCIPALS)}")
 
     def config(self) -> dict[str, str]:
         """Broker-side topic configuration."""
@@ -74,32 +92,46 @@ def _ev(*names: str) -> tuple[str, ...]:
 
 TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(TASKS, 3, "envelope.task_id", _ev("Task"), 30 * DAY_MS,
-              doc="Tasks from upstream services; the judge also reads ground truth here."),
+              doc="Tasks from upstream services; the judge also reads ground truth here.",
+              writers=("operator", "mcp")),
     TopicSpec(ROLLOUT_REQUESTS, 3, "envelope.group_id", _ev("RolloutRequest"),
-              doc="One request per rollout; the whole group shares one adapter version."),
+              doc="One request per rollout; the whole group shares one adapter version.",
+              writers=("streams",)),
     TopicSpec(PLANNER_ACTIONS, 3, "envelope.group_id", _ev("PlannerAction"),
-              doc="Planner decisions with token ids and behaviour logprobs."),
-    TopicSpec(TOOL_OBSERVATIONS, 3, "envelope.group_id", _ev("ToolObservation"), doc="Tool calls and results."),
-    TopicSpec(VERDICTS, 3, "envelope.group_id", _ev("Verdict"), doc="Verifier stop/continue decisions."),
-    TopicSpec(ROLLOUTS, 3, "envelope.group_id", _ev("RolloutCompleted"), doc="One completion per rollout."),
-    TopicSpec(REWARDS, 3, "envelope.group_id", _ev("Reward"), doc="Judge scores with provenance."),
-    TopicSpec(GROUPS, 3, "envelope.group_id", _ev("GroupClosed"), doc="Closed advantage windows."),
+              doc="Planner decisions with token ids and behaviour logprobs.",
+              writers=("rollout", "mcp")),
+    TopicSpec(TOOL_OBSERVATIONS, 3, "envelope.group_id", _ev("ToolObservation"), doc="Tool calls and results.",
+              writers=("rollout", "mcp")),
+    TopicSpec(VERDICTS, 3, "envelope.group_id", _ev("Verdict"), doc="Verifier stop/continue decisions.",
+              writers=("rollout", "mcp")),
+    TopicSpec(ROLLOUTS, 3, "envelope.group_id", _ev("RolloutCompleted"), doc="One completion per rollout.",
+              writers=("rollout", "mcp")),
+    TopicSpec(REWARDS, 3, "envelope.group_id", _ev("Reward"), doc="Judge scores with provenance.",
+              writers=("judge", "operator", "mcp")),
+    TopicSpec(GROUPS, 3, "envelope.group_id", _ev("GroupClosed"), doc="Closed advantage windows.",
+              writers=("streams",)),
     TopicSpec(TRAINING_SAMPLES, 3, "envelope.group_id", _ev("TrainingSample"),
-              doc="One sample per trained rollout: every planner turn + its trajectory advantage."),
+              doc="One sample per trained rollout: every planner turn + its trajectory advantage.",
+              writers=("streams",)),
     TopicSpec(ADAPTER_EVENTS, 1, "adapter_name",
               _ev("AdapterPublished", "AdapterPromoted", "AdapterRolledBack", "AdapterApproved", "AdapterRejected",
                   "AdapterVerdict"),
-              retention_ms=-1, doc="Adapter lifecycle; kept forever (the audit trail of what served what)."),
+              retention_ms=-1, doc="Adapter lifecycle; kept forever (the audit trail of what served what).",
+              writers=("trainer", "streams", "operator")),
     TopicSpec(ADAPTER_REGISTRY, 1, "version_key", _ev("AdapterState"), retention_ms=-1,
               cleanup_policy="compact",
               doc="Current state of every adapter version (the fold of adapter-events, evaluations and reward "
-                  "metrics); compacted, keyed '<adapter>@v<version>'."),
+                  "metrics); compacted, keyed '<adapter>@v<version>'.",
+              writers=("streams",)),
     TopicSpec(EVALUATIONS, 1, "version_key", _ev("EvaluationCompleted"), retention_ms=-1,
-              doc="Held-out accuracy of adapter versions (streamgrpo eval and the run's evaluator); kept forever."),
+              doc="Held-out accuracy of adapter versions (streamgrpo eval and the run's evaluator); kept forever.",
+              writers=("evaluator", "operator")),
     TopicSpec(REWARD_METRICS, 1, "adapter_name", _ev("RewardMetrics"), 30 * DAY_MS,
-              doc="Reward statistics per adapter version and tumbling window."),
+              doc="Reward statistics per adapter version and tumbling window.",
+              writers=("streams",)),
     TopicSpec(DEAD_LETTERS, 1, "source_topic", _ev("DeadLetter"), 30 * DAY_MS,
-              doc="Records a consumer could not process, with the reason."),
+              doc="Records a consumer could not process, with the reason.",
+              writers=("streams", "judge", "rollout", "trainer")),
 )
 
 CATALOG: dict[str, TopicSpec] = {t.name: t for t in TOPICS}
