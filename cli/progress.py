@@ -7,8 +7,12 @@ through the project's one log follower (:class:`~streamgrpo.topics.follow.LogFol
 every partition, from the beginning, following).
 
 The adapter lifecycle (primary, canary, statuses, every A/B verdict and manual action) is the one
-registry fold of ``adapter-events`` (:mod:`streamgrpo.models.registry`); human rewards (provenance
-``human:<name>``) are counted apart and never enter the per-version judge reward figures.
+registry fold of ``adapter-events`` (:mod:`streamgrpo.models.registry`). Per adapter version number one
+:class:`~streamgrpo.lifecycle.stats.VersionStats` folds the rollouts, the OK judge rewards and the closed
+groups: the progress line's and the report's ``per_version`` figures (count, mean reward, success rate per
+OK judge reward) and the collapse alarms (:mod:`streamgrpo.lifecycle.health`) read that one fold. Human
+rewards (provenance ``human:<name>``) are counted apart and never enter it; ERROR judge rewards are not fed
+to it (the A/B view, :mod:`streamgrpo.models.stats`, counts them as failures).
 
 What is not covered: exactness under duplicates beyond what event ids give (duplicates are
 dropped by event id, remembered in a bounded :class:`~streamgrpo.topics.dedup.RecentIds`).
@@ -28,7 +32,8 @@ from typing import Any
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
-from streamgrpo.lifecycle.health import VersionHealth, alarms
+from streamgrpo.lifecycle.health import alarms
+from streamgrpo.lifecycle.stats import VersionStats
 from streamgrpo.models.registry import AdapterRegistry, Line, status
 from streamgrpo.models.stats import is_human
 from streamgrpo.topics import catalog
@@ -37,15 +42,13 @@ from streamgrpo.topics.dedup import RecentIds
 TOPICS = (catalog.TASKS, catalog.ROLLOUTS, catalog.REWARDS, catalog.GROUPS, catalog.TRAINING_SAMPLES, catalog.ADAPTER_EVENTS, catalog.EVALUATIONS)
 
 
-@dataclass
-class VersionStats:
-    count: int = 0
-    total: float = 0.0
-    successes: int = 0
+@dataclass(frozen=True)
+class VersionRewards:
+    """One version's judge-reward figures as the progress line and the report show them (read from the fold)."""
 
-    @property
-    def mean(self) -> float:
-        return self.total / self.count if self.count else 0.0
+    count: int  # OK judge rewards
+    mean: float
+    success_rate: float  # per OK judge reward
 
 
 @dataclass
@@ -60,7 +63,7 @@ class Progress:
     samples: int = 0
     adapters: list[tuple[float, int, int, dict[str, float]]] = field(default_factory=list)  # (t, version, step, metrics)
     serving_version: int = 0
-    per_version: dict[int, VersionStats] = field(default_factory=lambda: defaultdict(VersionStats))
+    versions: dict[int, VersionStats] = field(default_factory=lambda: defaultdict(VersionStats))  # the one fold
     rewards: list[tuple[float, int, float]] = field(default_factory=list)  # (t, version, score)
     evaluations: list[R.EvaluationCompleted] = field(default_factory=list)
     published_at: dict[int, datetime] = field(default_factory=dict)  # version -> AdapterPublished event time
@@ -69,7 +72,6 @@ class Progress:
     canary_share: float = 0.5  # [loop] canary_share: how the registry fold derives primary and canary
     registry: AdapterRegistry = field(init=False)  # the one fold of adapter-events
     human_rewards: int = 0  # rewards with provenance human:<name>, kept apart from the judge's
-    health: dict[int, VersionHealth] = field(default_factory=lambda: defaultdict(VersionHealth))  # collapse signs
     heldout_change: dict[str, Any] | None = None  # the final evaluation's paired difference, last vs base
     _seen: RecentIds = field(default_factory=RecentIds)
     started: float = field(default_factory=time.time)
@@ -89,20 +91,16 @@ class Progress:
             v, when = event.adapter_version, event.envelope.event_time
             if v not in self.first_served or when < self.first_served[v]:
                 self.first_served[v] = when
-            self.health[v].add_rollout(event.status is R.RolloutStatus.ANSWERED, sum(event.tool_calls.values()))
+            self.versions[v].add(event)
         elif isinstance(event, R.Reward) and is_human(event):
             self.human_rewards += 1
         elif isinstance(event, R.Reward) and event.status is R.RewardStatus.OK:
-            s = self.per_version[event.adapter_version]
-            s.count += 1
-            s.total += event.score
-            s.successes += event.score >= self.success_threshold
+            self.versions[event.adapter_version].add(event, self.success_threshold)
             self.rewards.append((t, event.adapter_version, event.score))
-            self.health[event.adapter_version].add_reward(event.score)
         elif isinstance(event, R.GroupClosed):
             self.groups += 1
             self.groups_training += event.trains
-            self.health[event.adapter_version].add_group(event.trains)
+            self.versions[event.adapter_version].add(event)
         elif isinstance(event, R.TrainingSample):
             self.samples += 1
         elif isinstance(event, R.EvaluationCompleted):
@@ -112,8 +110,14 @@ class Progress:
             self.published_at[event.version] = event.envelope.event_time
         self.registry.apply(event)  # lifecycle events only (published, promoted, rolled back, verdicts, approvals)
 
+    @property
+    def per_version(self) -> dict[int, VersionRewards]:
+        """The judge-reward figures of every version with an OK judge reward, ascending."""
+        return {v: VersionRewards(s.ok, s.reward_mean or 0.0, s.ok_success_rate or 0.0)
+                for v, s in sorted(self.versions.items()) if s.ok}
+
     def line(self) -> str:
-        rewards = " ".join(f"v{v}={s.mean:.2f}(n={s.count})" for v, s in sorted(self.per_version.items())) or "-"
+        rewards = " ".join(f"v{v}={s.mean:.2f}(n={s.count})" for v, s in self.per_version.items()) or "-"
         if self.adapters:
             _, version, step, metrics = self.adapters[-1]
             loss = metrics.get("loss")
@@ -131,7 +135,7 @@ class Progress:
 
     def alarms(self) -> list[str]:
         """Collapse alarms over the versions served so far (:mod:`streamgrpo.lifecycle.health`)."""
-        return alarms(self.health)
+        return alarms(self.versions)
 
     def lifecycle_line(self) -> Line:
         names = {a for a in self.registry.state.lines}
@@ -188,9 +192,8 @@ class Progress:
             "groups_training": self.groups_training, "training_samples": self.samples,
             "adapters_published": len(self.adapters), "latest_adapter": self.adapters[-1][1] if self.adapters else 0,
             "serving_version": self.serving_version,
-            "per_version": {str(v): {"count": s.count, "mean_reward": s.mean,
-                                     "success_rate": s.successes / s.count if s.count else 0.0}
-                            for v, s in sorted(self.per_version.items())},
+            "per_version": {str(v): {"count": s.count, "mean_reward": s.mean, "success_rate": s.success_rate}
+                            for v, s in self.per_version.items()},
             "adapters": [{"version": v, "step": st, "metrics": m, "t": t - self.started}
                          for t, v, st, m in self.adapters],
             "loop": self.loop_closure(),
@@ -202,7 +205,7 @@ class Progress:
                             for e in self.evaluations],
             "notes": self.notes,
             "heldout_change": self.heldout_change,
-            "health": {"per_version": {str(v): h.as_dict() for v, h in sorted(self.health.items())},
+            "health": {"per_version": {str(v): s.as_dict() for v, s in sorted(self.versions.items())},
                        "alarms": self.alarms(),
                        "max_lora_b": {str(v): m["max_lora_b"] for _, v, _, m in self.adapters if "max_lora_b" in m}},
         }
@@ -231,10 +234,10 @@ class Progress:
         ax1.set_ylabel("reward")
         ax1.set_title("reward over time (dotted: adapter published)")
         ax1.legend(loc="lower right", fontsize=8)
-        versions = sorted(self.per_version)
-        ax2.bar([f"v{v}" for v in versions], [self.per_version[v].mean for v in versions], color="tab:green")
-        for i, v in enumerate(versions):
-            ax2.text(i, self.per_version[v].mean, f"n={self.per_version[v].count}", ha="center", va="bottom", fontsize=8)
+        per_version = self.per_version
+        ax2.bar([f"v{v}" for v in per_version], [s.mean for s in per_version.values()], color="tab:green")
+        for i, s in enumerate(per_version.values()):
+            ax2.text(i, s.mean, f"n={s.count}", ha="center", va="bottom", fontsize=8)
         ax2.set_ylim(0, 1.05)
         ax2.set_xlabel("adapter version that produced the rollout")
         ax2.set_ylabel("mean reward")

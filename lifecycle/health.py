@@ -1,11 +1,11 @@
 """Collapse alarms: the per-version signs that a policy is learning the wrong thing, and the rule that
 raises an alarm a user sees (the run's progress line and report).
 
-Per adapter version (the version that SERVED the rollout) :class:`VersionHealth` counts: rollouts,
-answered rollouts, tool calls, judge rewards (mean and standard deviation), closed groups and the groups
-among them without reward variance (they train nothing). The trainer's own signs travel in
-``AdapterPublished.metrics`` and are read as they are: ``max_lora_b`` (largest |LoRA B| entry) and
-``abs_log_ratio_v*`` (sampler-vs-trainer log-probability gap).
+It reads, per adapter version (the version that SERVED the rollout), the one per-version fold
+:class:`~streamgrpo.lifecycle.stats.VersionStats`: rollouts, answered rollouts, tool calls, OK judge rewards
+(mean and standard deviation), closed groups and the groups among them without reward variance (they train
+nothing). The trainer's own signs travel in ``AdapterPublished.metrics`` and are read as they are:
+``max_lora_b`` (largest |LoRA B| entry) and ``abs_log_ratio_v*`` (sampler-vs-trainer log-probability gap).
 
 :func:`alarms` compares the EARLY versions (the oldest ones, together at least ``min_rollouts``
 rollouts) with the RECENT ones (the newest ones, at least ``min_rollouts`` too) and warns when:
@@ -21,69 +21,13 @@ Pure: no clock, no I/O. What is not covered: judging whether a rise in reward is
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from streamgrpo.lifecycle.stats import VersionStats
 
-@dataclass
-class VersionHealth:
-    rollouts: int = 0
-    answered: int = 0
-    tool_calls: int = 0
-    rewards: int = 0
-    reward_sum: float = 0.0
-    reward_sq: float = 0.0
-    groups: int = 0
-    flat_groups: int = 0
-
-    def add_rollout(self, answered: bool, tool_calls: int) -> None:
-        self.rollouts += 1
-        self.answered += answered
-        self.tool_calls += tool_calls
-
-    def add_reward(self, score: float) -> None:
-        self.rewards += 1
-        self.reward_sum += score
-        self.reward_sq += score * score
-
-    def add_group(self, trains: bool) -> None:
-        self.groups += 1
-        self.flat_groups += not trains
-
-    def merged(self, other: VersionHealth) -> VersionHealth:
-        return VersionHealth(self.rollouts + other.rollouts, self.answered + other.answered,
-                             self.tool_calls + other.tool_calls, self.rewards + other.rewards,
-                             self.reward_sum + other.reward_sum, self.reward_sq + other.reward_sq,
-                             self.groups + other.groups, self.flat_groups + other.flat_groups)
-
-    @property
-    def answered_rate(self) -> float:
-        return self.answered / self.rollouts if self.rollouts else 0.0
-
-    @property
-    def tools_per_rollout(self) -> float:
-        return self.tool_calls / self.rollouts if self.rollouts else 0.0
-
-    @property
-    def reward_mean(self) -> float:
-        return self.reward_sum / self.rewards if self.rewards else 0.0
-
-    @property
-    def reward_std(self) -> float:
-        if not self.rewards:
-            return 0.0
-        return math.sqrt(max(0.0, self.reward_sq / self.rewards - self.reward_mean ** 2))
-
-    @property
-    def flat_share(self) -> float:
-        return self.flat_groups / self.groups if self.groups else 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return {"rollouts": self.rollouts, "answered_rate": round(self.answered_rate, 4),
-                "tools_per_rollout": round(self.tools_per_rollout, 3), "reward_mean": round(self.reward_mean, 4),
-                "reward_std": round(self.reward_std, 4), "groups": self.groups,
-                "zero_variance_share": round(self.flat_share, 4)}
+#: Another name of :class:`~streamgrpo.lifecycle.stats.VersionStats` (the same class, not a second fold).
+VersionHealth = VersionStats
 
 
 @dataclass(frozen=True)
@@ -94,9 +38,9 @@ class AlarmRule:
     flat_share: float = 0.8
 
 
-def _pool(versions: Iterable[int], per_version: Mapping[int, VersionHealth],
-          min_rollouts: int) -> tuple[VersionHealth, set[int]] | None:
-    total, used = VersionHealth(), set()
+def _pool(versions: Iterable[int], per_version: Mapping[int, VersionStats],
+          min_rollouts: int) -> tuple[VersionStats, set[int]] | None:
+    total, used = VersionStats(), set()
     for v in versions:
         total = total.merged(per_version[v])
         used.add(v)
@@ -105,7 +49,7 @@ def _pool(versions: Iterable[int], per_version: Mapping[int, VersionHealth],
     return None
 
 
-def alarms(per_version: Mapping[int, VersionHealth], rule: AlarmRule | None = None) -> list[str]:
+def alarms(per_version: Mapping[int, VersionStats], rule: AlarmRule | None = None) -> list[str]:
     """The warnings of the module docstring, as sentences a user reads (empty: none, or too little data:
     the early and recent pools must not share a version)."""
     rule = rule or AlarmRule()
@@ -115,16 +59,17 @@ def alarms(per_version: Mapping[int, VersionHealth], rule: AlarmRule | None = No
     if first is None or last is None or max(first[1]) >= min(last[1]):
         return []
     early, recent = first[0], last[0]
+    early_reward, recent_reward = early.reward_mean or 0.0, recent.reward_mean or 0.0
     out = []
-    if recent.answered_rate - early.answered_rate >= rule.answered_rise and recent.reward_mean < early.reward_mean:
+    if recent.answered_rate - early.answered_rate >= rule.answered_rise and recent_reward < early_reward:
         out.append(f"answered rate up {early.answered_rate:.2f} -> {recent.answered_rate:.2f} while reward fell "
-                   f"{early.reward_mean:.2f} -> {recent.reward_mean:.2f}: the planner is learning to answer, not to "
+                   f"{early_reward:.2f} -> {recent_reward:.2f}: the planner is learning to answer, not to "
                    "answer right")
     if (early.tools_per_rollout > 0 and recent.tools_per_rollout <= early.tools_per_rollout * (1 - rule.tools_fall)
-            and recent.reward_mean <= early.reward_mean):
+            and recent_reward <= early_reward):
         out.append(f"tool calls per rollout fell {early.tools_per_rollout:.2f} -> {recent.tools_per_rollout:.2f} "
                    "without a reward gain: the planner is dropping its tools")
-    if recent.groups and recent.flat_share >= rule.flat_share and recent.flat_share > early.flat_share:
+    if recent.groups_closed and recent.flat_share >= rule.flat_share and recent.flat_share > early.flat_share:
         out.append(f"{recent.flat_share:.0%} of recent groups had no reward variance (early {early.flat_share:.0%}; "
                    f"reward std {recent.reward_std:.2f}): nothing left to train on")
     return out

@@ -1,15 +1,13 @@
 """Live statistics of every adapter version: the second fold beside the lifecycle (no I/O, no clock).
 
 :class:`Stats` folds ``rewards``, ``planner-actions``, ``groups`` and ``evaluations`` into a
-:class:`VersionStats` per (adapter name, version) -- what the ``AdapterState`` records on
-``adapter-registry`` report and what the A/B controller tests:
+:class:`~streamgrpo.lifecycle.stats.VersionStats` per (adapter name, version) -- what the
+``AdapterState`` records on ``adapter-registry`` report and what the A/B controller tests. What each
+event counts is :meth:`VersionStats.add <streamgrpo.lifecycle.stats.VersionStats.add>` (the one
+definition of a version's reward and success); this fold adds the keying, the deduplication and:
 
-- judge rewards: count, mean of the OK scores, success rate (OK and ``score >= success_threshold``;
-  an ERROR reward is a failure), rollout errors (``rollout_status`` ERROR) and judge failures (an
-  ERROR reward of a rollout that did not fail);
 - human rewards (provenance ``human:<name>``, see :func:`is_human`) are counted APART and never
   enter the judge figures or the A/B test;
-- planner actions and their parse failures (``ParseStatus.FAILED``);
 - per-group outcomes for the A/B test: a group's outcome is its success share (successes / rollouts
   judged), final once every rollout of the group has a judge reward (or when the group times out),
   stamped with the time of its last reward, so an arm can be cut at a test's start
@@ -30,7 +28,10 @@ from dataclasses import dataclass, field
 
 from streamgrpo.avro import provenance
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.stats import VersionStats, is_success
 from streamgrpo.topics.dedup import RecentIds
+
+__all__ = ["Arm", "Stats", "VersionStats", "is_human"]  # VersionStats lives in lifecycle.stats
 
 
 def is_human(reward: R.Reward) -> bool:
@@ -57,45 +58,6 @@ class Arm:
 
     def add(self, x: float) -> Arm:
         return Arm(self.n + 1, self.total + x, self.total_sq + x * x)
-
-
-@dataclass
-class VersionStats:
-    """What one adapter version did while serving (counts; rates are properties)."""
-
-    rewards: int = 0  # judge rewards, OK and ERROR
-    ok: int = 0
-    reward_sum: float = 0.0  # of OK judge rewards
-    successes: int = 0
-    rollout_errors: int = 0
-    judge_failures: int = 0
-    human: int = 0
-    human_sum: float = 0.0
-    actions: int = 0
-    parse_failures: int = 0
-    outcomes: list[tuple[int, float]] = field(default_factory=list)  # (time of the group's last reward ms, outcome)
-    evaluation: R.EvaluationCompleted | None = None
-
-    @property
-    def groups(self) -> int:
-        return len(self.outcomes)
-
-    @property
-    def reward_mean(self) -> float | None:
-        return self.reward_sum / self.ok if self.ok else None
-
-    @property
-    def success_rate(self) -> float | None:
-        return self.successes / self.rewards if self.rewards else None
-
-    @property
-    def human_mean(self) -> float | None:
-        return self.human_sum / self.human if self.human else None
-
-    def rate(self, what: str) -> float:
-        """``rollout_errors`` / ``judge_failures`` per judge reward, ``parse_failures`` per planner action."""
-        denominator = self.actions if what == "parse_failures" else self.rewards
-        return getattr(self, what) / denominator if denominator else 0.0
 
 
 @dataclass
@@ -132,14 +94,8 @@ class Stats:
                 return
         if isinstance(event, R.Reward):
             self._reward(event)
-        elif isinstance(event, R.PlannerAction):
-            s = self._at(event.adapter_name, event.adapter_version)
-            s.actions += 1
-            s.parse_failures += event.parse_status == R.ParseStatus.FAILED
-        elif isinstance(event, R.EvaluationCompleted):
-            s = self._at(event.adapter_name, event.adapter_version)
-            if s.evaluation is None or s.evaluation.envelope.event_time <= event.envelope.event_time:
-                s.evaluation = event
+        elif isinstance(event, (R.PlannerAction, R.EvaluationCompleted)):
+            self._at(event.adapter_name, event.adapter_version).add(event, self.success_threshold)
         elif isinstance(event, R.GroupClosed) and event.status == R.GroupStatus.TIMED_OUT:
             group = self.open.get(event.envelope.group_id or "")
             if group is not None and group.rollouts:
@@ -148,8 +104,7 @@ class Stats:
     def _reward(self, reward: R.Reward) -> None:
         s = self._at(reward.adapter_name, reward.adapter_version)
         if is_human(reward):
-            s.human += 1
-            s.human_sum += reward.score
+            s.add(reward)
             return
         gid, rid = reward.envelope.group_id or "", reward.envelope.rollout_id or reward.event_id
         if gid in self._finished:
@@ -161,17 +116,9 @@ class Stats:
                 self.open.pop(next(iter(self.open)))
         if rid in group.rollouts:
             return
-        ok = reward.status == R.RewardStatus.OK
-        success = ok and reward.score >= self.success_threshold
-        s.rewards += 1
-        s.ok += ok
-        s.reward_sum += reward.score if ok else 0.0
-        s.successes += success
-        failed_rollout = reward.rollout_status == R.RolloutStatus.ERROR
-        s.rollout_errors += failed_rollout
-        s.judge_failures += (not ok) and not failed_rollout
+        s.add(reward, self.success_threshold)
         group.rollouts.add(rid)
-        group.successes += success
+        group.successes += is_success(reward.status == R.RewardStatus.OK, reward.score, self.success_threshold)
         group.last_ms = max(group.last_ms, int(reward.envelope.event_time.timestamp() * 1000))
         if len(group.rollouts) >= group.expected:
             self._finish(gid, group)
@@ -190,9 +137,5 @@ class Stats:
         """Counts of several versions added up (their outcomes and evaluation are not merged)."""
         out = VersionStats()
         for v in versions:
-            s = self.of(adapter_name, v)
-            for name in ("rewards", "ok", "successes", "rollout_errors", "judge_failures", "actions",
-                         "parse_failures"):
-                setattr(out, name, getattr(out, name) + getattr(s, name))
-            out.reward_sum += s.reward_sum
+            out = out.merged(self.of(adapter_name, v))
         return out
