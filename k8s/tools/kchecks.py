@@ -11,7 +11,8 @@ what no schema says. Every check returns a list of :class:`Finding` (empty = pas
   context: non-root, no privilege escalation, capabilities drop ALL, not privileged, read-only
   root filesystem unless the workload carries a ``streamgrpo.io/writable-root-reason``;
 - references: every ConfigMap (and key), Secret, PersistentVolumeClaim and volume mount a pod
-  uses exists in the build; Secrets outside the build must be declared in the workload's
+  uses exists in the build (a Secret named like a KafkaUser of the build, key ``password``, is
+  created by the Strimzi User Operator); Secrets outside the build must be declared in the workload's
   ``streamgrpo.io/external-secrets`` annotation and referenced with ``optional: true``;
 - Services select at least one pod template and their named target ports exist;
 - autoscaling: HPAs and KEDA ScaledObjects point at an existing workload (a CPU HPA at one whose
@@ -225,6 +226,9 @@ def check_references(objs: list[Obj]) -> list[Finding]:
                     if s.strip()}
         for kind, name, key, optional in _pod_references(pod_template(o).get("spec") or {}):
             target = idx.get((kind, ns, name))
+            if target is None and kind == "Secret" and (key or "password") == "password" and (
+                    ("KafkaUser", ns, name) in idx):
+                continue  # the Strimzi User Operator creates it (key `password`) for the KafkaUser of that name
             if target is None:
                 if kind == "Secret" and name in external:
                     if not optional:

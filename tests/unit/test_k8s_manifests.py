@@ -80,6 +80,69 @@ def test_k8s_topics_drift_is_detected(tmp_path: Path) -> None:
     assert set(gen_topics.diff(tmp_path)) == {"rewards.yaml", "stale.yaml (not generated)"}
 
 
+def test_k8s_acl_components_match_catalog(tmp_path: Path) -> None:
+    assert gen_topics.diff_all() == [], "run `python k8s/gen_topics.py`"
+    kafka_acl = sys.modules["kafka_acl"]
+    want = kafka_acl.render_acl("streamgrpo")
+    gen_topics.write(tmp_path, want)
+    assert gen_topics.diff(tmp_path, want) == []
+    f = tmp_path / "user-rollout.yaml"
+    f.write_text(f.read_text().replace("name: rollouts\n", "name: adapter-events\n"))
+    assert gen_topics.diff(tmp_path, want) == ["user-rollout.yaml"]
+
+
+def _writes(user: dict, topic: str) -> bool:
+    return any(a["resource"].get("name") == topic and "Write" in a["operations"]
+               for a in user["spec"]["authorization"]["acls"])
+
+
+@pytest.mark.parametrize("target", ["overlays/dev-cpu", "overlays/gpu"])
+def test_k8s_overlays_restrict_who_writes_adapter_events(target: str) -> None:
+    """Only the trainer, streams (A/B controller) and the operator's CLI may write adapter-events; every
+    streamgrpo workload authenticates as its own KafkaUser; KEDA reads lag with the target's user."""
+    from streamgrpo.topics.catalog import TOPICS
+
+    objs = build(K8S / target)
+    users = {o["metadata"]["name"]: o for o in objs if o["kind"] == "KafkaUser"}
+    assert {u for u, o in users.items() if _writes(o, "adapter-events")} == {
+        "kafka-trainer", "kafka-streams", "kafka-operator"}
+    for t in TOPICS:
+        assert {u for u, o in users.items() if _writes(o, t.name)} == {f"kafka-{p}" for p in t.writers}
+    kafka = _find(objs, "Kafka", "streamgrpo")["spec"]
+    assert kafka["kafka"]["listeners"][0] == {"name": "plain", "port": 9092, "type": "internal", "tls": False,
+                                              "authentication": {"type": "scram-sha-512"}}
+    assert kafka["kafka"]["authorization"] == {"type": "simple"} and "userOperator" in kafka["entityOperator"]
+    for name in ("streams", "judge", "rollout", "trainer", "evaluator", "mcp"):
+        env = {e["name"]: e for e in _container(objs, name)["env"]}
+        assert env["STREAMGRPO_KAFKA__SASL_USERNAME"]["value"] == f"kafka-{name}"
+        assert env["STREAMGRPO_KAFKA__SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+            "name": f"kafka-{name}", "key": "password"}
+    for so in (o for o in objs if o["kind"] == "ScaledObject"):
+        trig = so["spec"]["triggers"][0]
+        auth = _find(objs, "TriggerAuthentication", trig["authenticationRef"]["name"])["spec"]
+        assert trig["metadata"]["sasl"] == "scram_sha512"
+        assert auth["secretTargetRef"] == [{"parameter": "password", "name": f"kafka-{so['metadata']['name']}",
+                                            "key": "password"}]
+    assert validate.kacl.ADAPTER_WRITERS >= {u for u, o in users.items() if _writes(o, "adapter-events")}
+
+
+def test_k8s_acl_names_the_settings_and_internal_topics() -> None:
+    """The ACLs' consumer groups and Faust's internal topics are the ones the code uses."""
+    from streamgrpo.streams.window import TICKS
+    from streamgrpo.trainer.config import TrainerConfig
+
+    kafka_acl = sys.modules["kafka_acl"]
+    assert kafka_acl.STREAMS_TICKS == TICKS
+    groups = {(a["resource"]["name"], a["resource"]["patternType"]) for a in kafka_acl.acls("trainer")
+              if a["resource"]["type"] == "group"}
+    (prefix, kind), = groups
+    config = type("Config", (), {"adapter_name": "planner", "run_name": "r1"})()  # the fields group_id reads
+    assert kind == "prefix" and TrainerConfig.group_id.fget(config).startswith(prefix)  # type: ignore[attr-defined]
+    streams = {a["resource"]["name"]: a["operations"] for a in kafka_acl.acls("streams")
+               if a["resource"]["type"] == "topic" and a["resource"]["patternType"] == "prefix"}
+    assert streams == {"streamgrpo-streams": ["Create", "Read", "Write", "Describe"]}
+
+
 # --- every overlay ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -101,8 +164,9 @@ def test_k8s_every_object_is_schema_validated(dev_objs: list[dict]) -> None:
     for o in dev_objs:
         core, crd = kschemas.validate_core(o), kschemas.validate_crd(o)
         assert (core is None) != (crd is None), f"{o['kind']}: exactly one schema source"
-    assert {k for _, k in kschemas.crd_schemas()} == {"Kafka", "KafkaNodePool", "KafkaTopic", "ScaledObject",
-                                                       "PodMonitor", "ServiceMonitor"}
+    assert {k for _, k in kschemas.crd_schemas()} == {"Kafka", "KafkaNodePool", "KafkaTopic", "KafkaUser",
+                                                       "ScaledObject", "TriggerAuthentication", "PodMonitor",
+                                                       "ServiceMonitor"}
 
 
 def test_k8s_overlays_differ_where_intended(dev_objs: list[dict], gpu_objs: list[dict]) -> None:
@@ -176,6 +240,18 @@ def _container(objs: list[dict], name: str) -> dict:
     return _find(objs, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
 
 
+def _env(objs: list[dict], deployment: str, name: str) -> dict:
+    return next(e for e in _container(objs, deployment)["env"] if e["name"] == name)
+
+
+def _acls(objs: list[dict], user: str) -> list[dict]:
+    return _find(objs, "KafkaUser", user)["spec"]["authorization"]["acls"]
+
+
+def _write_acl(name: str, pattern: str) -> dict:
+    return {"resource": {"type": "topic", "name": name, "patternType": pattern}, "operations": ["Write"], "host": "*"}
+
+
 @pytest.mark.parametrize("mutate, expected", [
     (lambda o: _container(o, "judge").update(image="ghcr.io/streamgrpo/streamgrpo:latest"), "floating tag 'latest'"),
     (lambda o: _container(o, "judge").update(image="ghcr.io/streamgrpo/streamgrpo"), "has no tag"),
@@ -232,6 +308,28 @@ def _container(objs: list[dict], name: str) -> dict:
         {"streamgrpo.toml": o_toml(o) + '\n[trainr]\nlr = 1\n'}), "unknown section(s) [trainr]"),
     (lambda o: _container(o, "judge")["env"].append({"name": "STREAMGRPO_JUDGE_LLM_API_KEY", "value": "k"}),
      "unknown environment variable(s) STREAMGRPO_JUDGE_LLM_API_KEY"),
+    # Kafka ACLs: who may write adapter-events, and every client's credentials
+    (lambda o: _acls(o, "kafka-rollout").append(_write_acl("adapter-events", "literal")),
+     "KafkaUser/streamgrpo/kafka-rollout: may write adapter-events"),
+    (lambda o: _acls(o, "kafka-mcp").append(_write_acl("adapter", "prefix")),
+     "KafkaUser/streamgrpo/kafka-mcp: may write adapter-events"),
+    (lambda o: _acls(o, "kafka-judge").append(_write_acl("*", "literal")),
+     "KafkaUser/streamgrpo/kafka-judge: may write adapter-events"),
+    (lambda o: _find(o, "Kafka", "streamgrpo")["spec"]["kafka"].pop("authorization"), "authorization is not simple"),
+    (lambda o: _find(o, "Kafka", "streamgrpo")["spec"]["entityOperator"].pop("userOperator"),
+     "no entityOperator.userOperator"),
+    (lambda o: _env(o, "judge", "STREAMGRPO_KAFKA__SASL_USERNAME").update(value="kafka-nobody"),
+     "container 'judge': STREAMGRPO_KAFKA__SASL_USERNAME 'kafka-nobody' is not a scram-sha-512 KafkaUser"),
+    (lambda o: _container(o, "rollout")["env"].remove(_env(o, "rollout", "STREAMGRPO_KAFKA__SASL_MECHANISM")),
+     "container 'rollout': STREAMGRPO_KAFKA__SASL_MECHANISM is not SCRAM-SHA-512"),
+    (lambda o: _env(o, "streams", "STREAMGRPO_KAFKA__SASL_PASSWORD")["valueFrom"]["secretKeyRef"].update(
+        name="kafka-trainer"), "container 'streams': STREAMGRPO_KAFKA__SASL_PASSWORD must come from secretKeyRef"),
+    (lambda o: _find(o, "ScaledObject", "rollout")["spec"]["triggers"][0]["metadata"].pop("sasl"),
+     "kafka trigger without sasl: scram_sha512"),
+    (lambda o: o.remove(_find(o, "TriggerAuthentication", "keda-kafka-judge")),
+     "TriggerAuthentication 'keda-kafka-judge' is not in the build"),
+    (lambda o: _find(o, "KafkaUser", "kafka-judge")["spec"]["authorization"]["acls"][0]["resource"].update(
+        type="topc"), "'topc' is not one of"),
 ])
 def test_k8s_validator_rejects(dev_objs: list[dict], baseline: str, mutate, expected: str) -> None:
     assert expected not in baseline  # the finding comes from the mutation, not from the manifests
