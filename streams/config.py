@@ -84,6 +84,12 @@ class StreamsSettings(StrictModel):
         "score", description="Timed-out group: score with the usable rewards that arrived, or drop it."
     )
     min_group_size: int = Field(2, ge=1, description="Fewest usable rewards a timed-out group is scored with.")
+    review_hold_s: float = Field(
+        0.0, ge=0, le=86_400, description="Human review: keep a complete group open this many seconds after its "
+        "last reward so that `streamgrpo label` can replace judge rewards before advantages are computed (a label "
+        "after the group closed changes nothing). Ends early once every usable reward is a person's; bounded, so "
+        "an unlabelled group still trains on the judge's rewards. 0 (default): close at once. Under the hold, "
+        "admission waits for held groups too: size max_groups_in_flight for it.")
     action_ttl_s: float = Field(
         3600.0, gt=0, description="Planner actions of a closed group not completed after this long are dropped."
     )

@@ -52,7 +52,7 @@ class Window:
         s = ctx.settings
         self.ctx = ctx
         self.policy = W.WindowPolicy(s.estimator, build_estimator(s.estimator), s.group_timeout_s,
-                                     s.partial_policy, s.min_group_size)
+                                     s.partial_policy, s.min_group_size, s.review_hold_s)
         parts = spec(catalog.REWARDS).partitions
         groups: Any = faust.Schema(key_serializer="json", value_serializer="json")
         actions: Any = faust.Schema(key_serializer="json", value_serializer="raw")
@@ -191,7 +191,9 @@ class Window:
             if raw["closed"]:
                 due = now - (raw["closed_at"] or now) >= self.ctx.settings.action_ttl_s
             else:
-                due = now - raw["first_seen"] >= self.policy.timeout_s
+                hold = raw.get("complete_at")
+                due = now - raw["first_seen"] >= self.policy.timeout_s or (
+                    hold is not None and self.policy.review_hold_s > 0 and now >= hold + self.policy.review_hold_s)
             if due and now - self.ticked.get(key, 0.0) >= self.ctx.settings.tick_interval_s * 5:
                 self.ticked[key] = now
                 out.append((key, raw["partition"]))

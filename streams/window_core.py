@@ -9,7 +9,10 @@ A group collects one Reward per rollout (deduplicated by event id and by rollout
 ERROR rewards count as arrived (they complete the group) but are unusable: they get no advantage and
 their rollout yields no TrainingSample. Human rewards (provenance ``human:<name>``, from ``streamgrpo
 label``) are used ahead of the judge's while the group is open (:func:`add_reward`); a closed group
-is never reopened, so a label that comes after the group closed changes no advantage. A zero-variance group (all usable rewards equal) closes with
+is never reopened, so a label that comes after the group closed changes no advantage. To give people time to
+label, a review hold (``review_hold_s`` > 0, ``[streams] review_hold_s``) keeps a COMPLETE group open that
+long after its last reward arrived (``complete_at``), unless every usable reward is already a person's; the
+hold is bounded, so an unlabelled group still trains (on the judge's rewards) once it ends. A zero-variance group (all usable rewards equal) closes with
 ``trains=False, reason="zero_variance"`` and yields no samples.
 
 Intake bounds (:func:`out_of_bounds`): a Reward or RolloutCompleted whose ``group_size`` is outside
@@ -44,6 +47,7 @@ class WindowPolicy:
     timeout_s: float
     partial_policy: str  # "score" | "drop"
     min_group_size: int
+    review_hold_s: float = 0.0  # keep a complete group open this long for human labels (0 = close at once)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class GroupState:
     size: int = 0
     estimator: str = ""
     emitted: list[str] = field(default_factory=list)
+    complete_at: float | None = None  # when the last expected reward arrived (start of the review hold)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,10 +188,21 @@ def maybe_close(state: GroupState, policy: WindowPolicy, now: float) -> tuple[Gr
     if state.closed:
         return state, None
     if state.expected > 0 and len(state.rewards) >= state.expected:
+        if policy.review_hold_s > 0 and not reviewed(state):
+            if state.complete_at is None:
+                return replace(state, complete_at=now), None
+            if now - state.complete_at < policy.review_hold_s:
+                return state, None
         return _close(state, R.GroupStatus.COMPLETE, policy, now)
     if now - state.first_seen >= policy.timeout_s:
         return _close(state, R.GroupStatus.TIMED_OUT, policy, now)
     return state, None
+
+
+def reviewed(state: GroupState) -> bool:
+    """Every usable reward of the group is a person's: nothing left for a review hold to wait for."""
+    usable = [e for e in state.rewards.values() if e.usable]
+    return bool(usable) and all(e.human for e in usable)
 
 
 def finished(state: GroupState) -> bool:

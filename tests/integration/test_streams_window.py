@@ -96,3 +96,34 @@ def test_window_emits_formula_advantages(kafka_ns: KafkaSettings, tmp_path: Path
     assert d.source_topic == "rewards" and d.reason_code == "decode_error"  # catalog name, as every consumer writes it
     assert d.event_id == ids.dead_letter_id("rewards", d.source_partition, d.source_offset)
     assert d.value == b"not avro" and d.source_offset >= 0
+
+
+def test_a_review_hold_lets_a_human_label_change_the_advantages(kafka_ns: KafkaSettings, tmp_path: Path) -> None:
+    """[streams] review_hold_s keeps a complete group open for labels: a label written with the SDK after every
+    judge reward arrived replaces the judge's reward in the advantages; a group nobody labels still closes (the
+    hold is bounded) on the judge's rewards."""
+    from streamgrpo.topics.sdk import Label, label_rollouts
+
+    labelled = synthetic_group("labelled", [1.0, 0.0, 0.0, 0.0], turns=[1, 1, 1, 1])
+    unlabelled = synthetic_group("unlabelled", [1.0, 0.0, 0.0, 0.0], turns=[1, 1, 1, 1])
+    worker = WorkerProcess(kafka_ns, "window", tmp_path / "data", {"review_hold_s": 8, "tick_interval_s": 0.5})
+    try:
+        with EventProducer(kafka_ns, "test") as prod:
+            for group in (labelled, unlabelled):
+                for event in group.events():
+                    prod.send(event)
+        time.sleep(2)  # every judge reward is in: without the hold both groups would have closed by now
+        [sent] = label_rollouts(kafka_ns, [Label(labelled.rollout_ids[1], 1.0)], by="ada")
+        samples = wait_for(kafka_ns, "training-samples", 8)
+        closed = {r.event.envelope.group_id: r.event for r in wait_for(kafka_ns, "groups", 2)}
+    finally:
+        worker.stop()
+    assert sent.judge.name == "human:ada"
+    assert len(closed) == 2 and all(c.trains for c in closed.values()), worker.log_text()[-3000:]
+    by_rollout = {r.event.envelope.rollout_id: r.event for r in samples}
+    est = build_estimator("grpo")
+    relabelled = est([1.0, 1.0, 0.0, 0.0]).advantages
+    assert [by_rollout[r].advantage for r in labelled.rollout_ids] == pytest.approx(relabelled)
+    assert by_rollout[labelled.rollout_ids[1]].reward == 1.0
+    judged = est([1.0, 0.0, 0.0, 0.0]).advantages
+    assert [by_rollout[r].advantage for r in unlabelled.rollout_ids] == pytest.approx(judged)

@@ -218,3 +218,38 @@ def test_a_human_reward_overrides_the_judge_while_the_group_is_open() -> None:
     late, ok = add_reward(s, human(2, 1.0))  # the group closed: a label changes nothing
     assert not ok and late is s
     assert GroupState.from_dict(s.to_dict()) == s
+
+
+def held(seconds: float) -> WindowPolicy:
+    return WindowPolicy("grpo", build_estimator("grpo"), timeout_s=10.0, partial_policy="score", min_group_size=2,
+                        review_hold_s=seconds)
+
+
+def test_a_review_hold_keeps_a_complete_group_open_for_a_label_that_then_changes_the_advantages() -> None:
+    s = fresh()
+    for i, sc in enumerate([1.0, 0.0, 0.0, 0.0]):
+        s, _ = add_reward(s, reward(i, sc))
+    s, closed = maybe_close(s, held(30.0), now=105.0)  # complete at 105: the hold starts, the group stays open
+    assert closed is None and s.complete_at == 105.0 and not s.closed
+    s, closed = maybe_close(s, held(30.0), now=134.0)
+    assert closed is None  # 29 s into a 30 s hold (and past the 10 s group timeout: a complete group never times out)
+    s, ok = add_reward(s, human(1, 1.0))  # a person says rollout 1 was right after all
+    assert ok
+    s, closed = maybe_close(s, held(30.0), now=135.0)
+    assert closed is not None and closed.status == R.GroupStatus.COMPLETE and closed.trains
+    want = build_estimator("grpo")([1.0, 1.0, 0.0, 0.0]).advantages
+    assert [s.advantages[ids.rollout_id(G, i)] for i in range(4)] == pytest.approx(want)
+    # without the hold the same group closes at once on the judge's rewards
+    t = fresh()
+    for i, sc in enumerate([1.0, 0.0, 0.0, 0.0]):
+        t, _ = add_reward(t, reward(i, sc))
+    t, closed = maybe_close(t, policy(), now=105.0)
+    assert closed is not None and t.advantages[ids.rollout_id(G, 1)] < 0
+
+
+def test_the_review_hold_ends_early_once_every_usable_reward_is_a_persons() -> None:
+    s = fresh()
+    for i in range(4):
+        s, _ = add_reward(s, human(i, float(i % 2)))
+    s, closed = maybe_close(s, held(3600.0), now=101.0)
+    assert closed is not None and closed.trains and s.complete_at is None
