@@ -9,7 +9,13 @@ nothing. The fan-out keeps, per task it fanned out, the outcome of each of its g
 - **park**: the group had no signal -> the task is retried once ``park_after`` other groups have been
   admitted (the policy may have changed by then), or at once when no new task arrives any more (the
   fan-out is idle), at most ``park_retries`` times;
-- **retire**: neither (its budget is spent).
+- **retire**: neither (its budget is spent);
+- **probe a cold kind**: a task kind (``metadata["kind"]``, else the task's source) whose last
+  ``cold_kind_groups`` closed groups all had no signal is *cold*: its tasks are fanned out with a probe group
+  of ``probe_group_size`` rollouts instead of their full group, so a kind the policy cannot yet solve costs a
+  quarter of the rollouts and the rest of the budget goes to kinds with signal. Any probe group with signal
+  warms the kind up again (full groups, and the task is requeued). Nothing is skipped: every task still runs,
+  and ``metadata["probe"]`` (the cold kind) and the group's size record the decision in every RolloutRequest.
 
 A task fanned out again is a new group of the same task: ``metadata["attempt"]`` is its group count so
 far (so its group id, :func:`streamgrpo.avro.ids.group_id`, is new and deterministic), and
@@ -32,13 +38,18 @@ variance), which is what decides whether a group teaches anything.
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 
 REQUEUE, RETRY = "requeue", "retry"
+
+
+def kind_of(task: R.Task) -> str:
+    """The task's kind for the curriculum: ``metadata["kind"]`` (the built-in tasks have one), else its source."""
+    return task.metadata.get("kind") or task.source
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,8 @@ class CurriculumPolicy:
     park_after: int = 48  #: groups admitted after which a parked task is retried
     park_retries: int = 1  #: retries of a task whose groups had no signal
     max_tasks: int = 10_000  #: tasks remembered (oldest forgotten first)
+    cold_kind_groups: int = 8  #: a kind is cold when this many of its last groups had no signal (0 = off)
+    probe_group_size: int = 2  #: rollouts of a cold kind's task (its own group size when smaller)
 
 
 @dataclass
@@ -77,6 +90,25 @@ class Curriculum:
     _tasks: OrderedDict[str, _Entry] = field(default_factory=OrderedDict)
     _requeue: OrderedDict[str, float] = field(default_factory=OrderedDict)  # task id -> pass rate
     _parked: dict[str, tuple[int, float]] = field(default_factory=dict)  # task id -> (due at admitted, pass rate)
+    _kinds: dict[str, deque[bool]] = field(default_factory=dict)  # kind -> signal of its last closed groups
+
+    def cold(self, task: R.Task) -> str | None:
+        """The task's kind when it is cold (see the module docstring), else None."""
+        n = self.policy.cold_kind_groups
+        kind = kind_of(task)
+        recent = self._kinds.get(kind)
+        if not self.policy.enabled or n <= 0 or recent is None or len(recent) < n or any(recent):
+            return None
+        return kind
+
+    def sized(self, task: R.Task) -> R.Task:
+        """``task`` as it should be fanned out: a probe group (``probe_group_size``, ``metadata["probe"]``) when
+        its kind is cold and its own group is larger; else unchanged."""
+        kind = self.cold(task)
+        if kind is None or task.group_size <= self.policy.probe_group_size:
+            return task
+        return dataclasses.replace(task, group_size=self.policy.probe_group_size,
+                                   metadata={**task.metadata, "probe": kind})
 
     def remember(self, task: R.Task, attempt: int) -> None:
         """The fan-out admitted a group of ``task`` (attempt ``attempt``, group ``ids.group_id(task, attempt)``)."""
@@ -101,6 +133,9 @@ class Curriculum:
         entry.open_group = None
         entry.groups += 1
         rate = float(event.reward_mean)
+        if self.policy.cold_kind_groups > 0:
+            recent = self._kinds.setdefault(kind_of(entry.task), deque(maxlen=self.policy.cold_kind_groups))
+            recent.append(bool(event.trains))
         if event.trains and entry.groups < self.policy.requeue_max:
             self._requeue[task_id] = rate
             return Decision(task_id, "requeue", rate, entry.groups)

@@ -209,10 +209,11 @@ class _Shell:
         if group in view.requested:
             ctx.count("fanout.already_requested")
             return True
-        if not await self.admitted(task):
+        sized = self.curriculum.sized(task)  # a probe group when the task's kind is cold
+        if not await self.admitted(sized):
             return False
         version = choose_version(view.adapters(self.policy.adapter_name), group, ctx.settings.canary_share)
-        requests = fan_out(task, version, self.policy)
+        requests = fan_out(sized, version, self.policy)
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
         view.note_requested(group, len(requests))
@@ -220,6 +221,8 @@ class _Shell:
         ctx.count("fanout.groups")
         if "curriculum" in task.metadata:
             ctx.count(f"fanout.curriculum_{task.metadata['curriculum']}")
+        if "probe" in sized.metadata:
+            ctx.count("fanout.curriculum_probe")
         metrics.current().inc(metrics.GROUPS_REQUESTED)
         metrics.current().set(metrics.GROUPS_OPEN, view.in_flight)
         return True
@@ -249,7 +252,9 @@ def register(ctx: StreamsContext) -> None:
 
 def curriculum_policy(s: StreamsSettings) -> CurriculumPolicy:
     return CurriculumPolicy(enabled=s.curriculum, requeue_max=s.curriculum_requeue_max,
-                            park_after=s.curriculum_park_after, park_retries=s.curriculum_park_retries)
+                            park_after=s.curriculum_park_after, park_retries=s.curriculum_park_retries,
+                            cold_kind_groups=s.curriculum_cold_kind_groups,
+                            probe_group_size=s.curriculum_probe_group_size)
 
 
 def _note(ctx: StreamsContext, decision: Decision | None) -> None:

@@ -104,3 +104,35 @@ def test_when_no_new_task_arrives_parked_tasks_are_retried_at_once() -> None:
     retry = cur.next_due(idle=True)
     assert retry is not None and retry.metadata["curriculum"] == "retry" and attempt_of(retry) == 1
     assert cur.next_due(idle=True) is None and cur.pending == 0
+
+
+def test_a_kind_without_signal_in_its_last_groups_runs_probe_groups_until_one_has_signal() -> None:
+    """Three cold lookups in a row make the kind cold (cold_kind_groups=3): its next task runs as a probe group of
+    2 (recorded in metadata), arithmetic keeps its full group; a probe with signal warms the kind up again."""
+    cur = Curriculum(CurriculumPolicy(cold_kind_groups=3, probe_group_size=2, park_after=100))
+    lookups = [task(f"l{i}", kind="lookup") for i in range(5)]
+    for t in lookups[:3]:
+        assert cur.sized(t) is t  # not cold yet: full groups
+        cur.remember(t, 0)
+        assert cur.closed(closed(t, 0, 0.0, False)).action == "park"
+    probe = cur.sized(lookups[3])
+    assert probe.group_size == 2 and probe.metadata["probe"] == "lookup" and cur.cold(lookups[3]) == "lookup"
+    assert probe.envelope.task_id == "l3" and probe.question == lookups[3].question
+    arithmetic = task("a0")
+    assert cur.sized(arithmetic) is arithmetic and arithmetic.group_size == 4  # another kind keeps its group
+    cur.remember(lookups[3], 0)  # the fan-out remembers the task as submitted (full group for its requeues)
+    assert cur.closed(closed(lookups[3], 0, 0.5, True)).action == "requeue"
+    assert cur.sized(lookups[4]) is lookups[4]  # one group with signal among the last 3: warm again
+    again = cur.next_due()
+    assert again is not None and again.group_size == 4 and "probe" not in again.metadata
+
+
+def test_cold_kinds_off_and_small_groups_are_left_alone() -> None:
+    off = Curriculum(CurriculumPolicy(cold_kind_groups=0))
+    small = Curriculum(CurriculumPolicy(cold_kind_groups=1, probe_group_size=4))
+    for cur in (off, small):
+        t = task("x", kind="history")
+        cur.remember(t, 0)
+        cur.closed(closed(t, 0, 0.0, False))
+        assert cur.sized(task("y", kind="history")).group_size == 4 and "probe" not in cur.sized(task("y")).metadata
+    assert small.cold(task("y", kind="history")) == "history" and off.cold(task("y", kind="history")) is None
