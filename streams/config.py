@@ -75,7 +75,7 @@ class StreamsSettings(StrictModel):
     curriculum_park_after: int = Field(48, ge=0, le=1_000_000, description="A task whose group had no signal is "
                                        "retried after this many other groups were admitted.")
     curriculum_park_retries: int = Field(1, ge=0, le=100, description="Retries of a task whose groups had no signal.")
-    curriculum_cold_kind_groups: int = Field(8, ge=0, le=10_000, description="A task kind (metadata kind, else "
+    curriculum_cold_kind_groups: int = Field(4, ge=0, le=10_000, description="A task kind (metadata kind, else "
                                              "source) whose last this many groups all had no signal is cold: its "
                                              "tasks run as probe groups (curriculum_probe_group_size) until one has "
                                              "signal; 0 = off.")

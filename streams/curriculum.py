@@ -61,7 +61,7 @@ class CurriculumPolicy:
     park_after: int = 48  #: groups admitted after which a parked task is retried
     park_retries: int = 1  #: retries of a task whose groups had no signal
     max_tasks: int = 10_000  #: tasks remembered (oldest forgotten first)
-    cold_kind_groups: int = 8  #: a kind is cold when this many of its last groups had no signal (0 = off)
+    cold_kind_groups: int = 4  #: a kind is cold when this many of its last groups had no signal (0 = off)
     probe_group_size: int = 2  #: rollouts of a cold kind's task (its own group size when smaller)
 
 
