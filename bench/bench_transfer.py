@@ -24,19 +24,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-#: The train split's arithmetic phrasings (tasks/builtin.py `_arithmetic`), applied to fresh operands.
-TEMPLATES = (
-    lambda a, b, c: (f"What is {a} * {b}?", a * b),
-    lambda a, b, c: (f"What is {a * 37 + b} + {c * 113}?", a * 37 + b + c * 113),
-    lambda a, b, c: (f"What is {a} * {b} - {c}?", a * b - c),
-    lambda a, b, c: (f"What is {b} squared plus {c}?", b * b + c),
-    lambda a, b, c: (f"What is ({a} + {c}) * ({b} - 7)?", (a + c) * (b - 7)),
-    lambda a, b, c: (f"What is the integer part of {a * b * 10 + c} divided by {b}?", (a * b * 10 + c) // b),
-)
-
 
 def fresh_rows(n: int, seed: int = 7) -> list[Any]:
-    from streamgrpo.tasks.builtin import SOURCE, _train_numbers
+    from streamgrpo.tasks.builtin import ARITHMETIC_TEMPLATES, SOURCE, _train_numbers
     from streamgrpo.tasks.datasets import TaskRow
 
     taken = _train_numbers()
@@ -45,7 +35,8 @@ def fresh_rows(n: int, seed: int = 7) -> list[Any]:
     large = [x for x in range(101, 1000) if x not in taken]
     rows = []
     for i in range(n):
-        question, answer = TEMPLATES[i % len(TEMPLATES)](rng.choice(large), rng.choice(small), rng.choice(large))
+        _, make = ARITHMETIC_TEMPLATES[i % len(ARITHMETIC_TEMPLATES)]
+        question, answer = make(rng.choice(large), rng.choice(small), rng.choice(large))
         rows.append(TaskRow(question=question, ground_truths=[str(answer)], source=SOURCE,
                             metadata={"kind": "arithmetic", "difficulty": "fresh", "row_id": f"fresh-{i:04d}"}))
     return rows
@@ -68,7 +59,7 @@ def main() -> None:
     from streamgrpo.judge.config import JudgeSettings
     from streamgrpo.rollout.config import RolloutConfig
     from streamgrpo.rollout.runtime import build_context, build_policy
-    from streamgrpo.tasks.builtin import heldout_tasks, train_tasks
+    from streamgrpo.tasks.builtin import ARITHMETIC_TEMPLATES, heldout_tasks, train_tasks
 
     sets = {
         "train": [r for r in train_tasks() if r.metadata["kind"] == "arithmetic"][: a.tasks],
@@ -90,11 +81,12 @@ def main() -> None:
         out[name] = {"tasks": len(sets[name]), "base": round(base[name].summary.accuracy, 3),
                      "adapter": round(last[name].summary.accuracy, 3),
                      "diff": [round(d.mean, 3), round(d.ci_low, 3), round(d.ci_high, 3)]}
-    per = [[0, 0] for _ in TEMPLATES]
+    per = [[0, 0] for _ in ARITHMETIC_TEMPLATES]
     for i, (b, t) in enumerate(zip(base["fresh_numbers"].outcomes, last["fresh_numbers"].outcomes, strict=True)):
-        per[i % len(TEMPLATES)][0] += int(b.correct)
-        per[i % len(TEMPLATES)][1] += int(t.correct)
-    out["fresh_numbers"]["per_phrasing_base_adapter"] = {TEMPLATES[k](1, 2, 3)[0]: v for k, v in enumerate(per)}
+        per[i % len(ARITHMETIC_TEMPLATES)][0] += int(b.correct)
+        per[i % len(ARITHMETIC_TEMPLATES)][1] += int(t.correct)
+    out["fresh_numbers"]["per_phrasing_base_adapter"] = {ARITHMETIC_TEMPLATES[k][1](1, 2, 3)[0]: v
+                                                         for k, v in enumerate(per)}
     print(json.dumps(out))
 
 

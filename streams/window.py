@@ -191,9 +191,8 @@ class Window:
             if raw["closed"]:
                 due = now - (raw["closed_at"] or now) >= self.ctx.settings.action_ttl_s
             else:
-                hold = raw.get("complete_at")
-                due = now - raw["first_seen"] >= self.policy.timeout_s or (
-                    hold is not None and self.policy.review_hold_s > 0 and now >= hold + self.policy.review_hold_s)
+                due = now - raw["first_seen"] >= self.policy.timeout_s or W.hold_over(raw.get("complete_at"),
+                                                                                      self.policy, now)
             if due and now - self.ticked.get(key, 0.0) >= self.ctx.settings.tick_interval_s * 5:
                 self.ticked[key] = now
                 out.append((key, raw["partition"]))

@@ -191,12 +191,17 @@ def maybe_close(state: GroupState, policy: WindowPolicy, now: float) -> tuple[Gr
         if policy.review_hold_s > 0 and not reviewed(state):
             if state.complete_at is None:
                 return replace(state, complete_at=now), None
-            if now - state.complete_at < policy.review_hold_s:
+            if not hold_over(state.complete_at, policy, now):
                 return state, None
         return _close(state, R.GroupStatus.COMPLETE, policy, now)
     if now - state.first_seen >= policy.timeout_s:
         return _close(state, R.GroupStatus.TIMED_OUT, policy, now)
     return state, None
+
+
+def hold_over(complete_at: float | None, policy: WindowPolicy, now: float) -> bool:
+    """Whether the review hold of a group complete since ``complete_at`` has ended (False when none started)."""
+    return complete_at is not None and policy.review_hold_s > 0 and now - complete_at >= policy.review_hold_s
 
 
 def reviewed(state: GroupState) -> bool:

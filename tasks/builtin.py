@@ -290,17 +290,22 @@ def _express(n: int, *key: object) -> str:
     return f"Compute {a} + {n - a}."
 
 
+#: The training split's arithmetic phrasings: (difficulty, (a, b, c) -> (question, answer)).
+#: ``bench/bench_transfer.py`` applies them to operands no train task uses.
+ARITHMETIC_TEMPLATES: tuple[tuple[str, Callable[[int, int, int], tuple[str, int]]], ...] = (
+    ("easy", lambda a, b, c: (f"What is {a} * {b}?", a * b)),
+    ("easy", lambda a, b, c: (f"What is {a * 37 + b} + {c * 113}?", a * 37 + b + c * 113)),
+    ("medium", lambda a, b, c: (f"What is {a} * {b} - {c}?", a * b - c)),
+    ("medium", lambda a, b, c: (f"What is {b} squared plus {c}?", b * b + c)),
+    ("hard", lambda a, b, c: (f"What is ({a} + {c}) * ({b} - 7)?", (a + c) * (b - 7))),
+    ("hard", lambda a, b, c: (f"What is the integer part of {a * b * 10 + c} divided by {b}?",
+                              (a * b * 10 + c) // b)),
+)
+
+
 def _arithmetic() -> list[TaskRow]:
     rows: list[TaskRow] = []
-    templates = (
-        ("easy", lambda a, b, c: (f"What is {a} * {b}?", a * b)),
-        ("easy", lambda a, b, c: (f"What is {a * 37 + b} + {c * 113}?", a * 37 + b + c * 113)),
-        ("medium", lambda a, b, c: (f"What is {a} * {b} - {c}?", a * b - c)),
-        ("medium", lambda a, b, c: (f"What is {b} squared plus {c}?", b * b + c)),
-        ("hard", lambda a, b, c: (f"What is ({a} + {c}) * ({b} - 7)?", (a + c) * (b - 7))),
-        ("hard", lambda a, b, c: (f"What is the integer part of {a * b * 10 + c} divided by {b}?",
-                                  (a * b * 10 + c) // b)),
-    )
+    templates = ARITHMETIC_TEMPLATES
     for i in range(N_ARITHMETIC):
         a, b, c = 101 + _h("ar", i, "a") % 899, 12 + _h("ar", i, "b") % 88, 10 + _h("ar", i, "c") % 990
         difficulty, make = templates[i % len(templates)]
