@@ -290,7 +290,7 @@ def _express(n: int, *key: object) -> str:
     return f"Compute {a} + {n - a}."
 
 
-#: The training split's arithmetic phrasings: (difficulty, (a, b, c) -> (question, answer)).
+#: The training split's arithmetic operations: (difficulty, (a, b, c) -> (question, answer)), written in symbols.
 #: ``bench/bench_transfer.py`` applies them to operands no train task uses.
 ARITHMETIC_TEMPLATES: tuple[tuple[str, Callable[[int, int, int], tuple[str, int]]], ...] = (
     ("easy", lambda a, b, c: (f"What is {a} * {b}?", a * b)),
@@ -302,14 +302,45 @@ ARITHMETIC_TEMPLATES: tuple[tuple[str, Callable[[int, int, int], tuple[str, int]
                               (a * b * 10 + c) // b)),
 )
 
+#: The same six operations in words, for the training split only: ``ARITHMETIC_WORDINGS[k]`` asks for the number
+#: ``ARITHMETIC_TEMPLATES[k]`` asks for and writes the same numbers, so the split's number set (and with it the
+#: held-out split, whose operands avoid it) does not depend on the wording. None shares a sentence frame or its
+#: first two words with a held-out phrasing (``tests/unit/tasks/test_builtin_split.py``): the planner practises
+#: turning words into an expression, and the held-out split still measures that skill on wordings it never saw.
+ARITHMETIC_WORDINGS: tuple[tuple[Callable[[int, int, int], str], ...], ...] = (
+    (lambda a, b, c: f"Find the product of {a} and {b}.",
+     lambda a, b, c: f"What do {a} groups of {b} come to in total?"),
+    (lambda a, b, c: f"What is the total of {a * 37 + b} and {c * 113}?",
+     lambda a, b, c: f"A shop sold {a * 37 + b} items on Monday and {c * 113} on Tuesday. How many in all?"),
+    (lambda a, b, c: f"Take {a} times {b} and then remove {c}. What remains?",
+     lambda a, b, c: f"There are {a} boxes of {b} pens; {c} pens are given away. How many pens are left?"),
+    (lambda a, b, c: f"Find the square of {b}, increased by {c}.",
+     lambda a, b, c: f"What number is {c} more than {b} times itself?"),
+    (lambda a, b, c: f"Find the sum of {a} and {c}, times the difference between {b} and 7.",
+     lambda a, b, c: f"Increase {a} by {c} and decrease {b} by 7; what is the product of the two results?"),
+    (lambda a, b, c: f"How many whole times does {b} go into {a * b * 10 + c}?",
+     lambda a, b, c: f"If {a * b * 10 + c} apples are shared equally among {b} baskets, how many whole apples "
+                     "does each basket get?"),
+)
+
+
+def _arithmetic_question(i: int, a: int, b: int, c: int) -> tuple[str, str, int]:
+    """Row ``i``'s (difficulty, question, answer): operation ``i % 6``; of each round of six rows, one round in
+    three is asked in symbols and the other two in the operation's two wordings."""
+    k = i % len(ARITHMETIC_TEMPLATES)
+    difficulty, make = ARITHMETIC_TEMPLATES[k]
+    question, answer = make(a, b, c)
+    rnd = i // len(ARITHMETIC_TEMPLATES)
+    if rnd % 3:
+        question = ARITHMETIC_WORDINGS[k][rnd % 3 - 1](a, b, c)
+    return difficulty, question, answer
+
 
 def _arithmetic() -> list[TaskRow]:
     rows: list[TaskRow] = []
-    templates = ARITHMETIC_TEMPLATES
     for i in range(N_ARITHMETIC):
         a, b, c = 101 + _h("ar", i, "a") % 899, 12 + _h("ar", i, "b") % 88, 10 + _h("ar", i, "c") % 990
-        difficulty, make = templates[i % len(templates)]
-        question, answer = make(a, b, c)
+        difficulty, question, answer = _arithmetic_question(i, a, b, c)
         rows.append(_row("arithmetic", i, question, [str(answer)], difficulty))
     return rows
 

@@ -8,7 +8,10 @@ dev-cpu overlay started with that overlay's settings.
 2. ``kubectl kustomize k8s/overlays/dev-cpu`` is built; the ConfigMap's TOML and each streamgrpo
    container's args and environment are used as they are, with the pod's paths (/etc/streamgrpo,
    /var/cache/streamgrpo, /var/lib/streamgrpo, /work) mapped into a temporary directory, the Kafka
-   bootstrap pointed at the test broker and a private topic prefix.
+   bootstrap pointed at the test broker and a private topic prefix. The overlay's Kafka security settings
+   (SASL_PLAINTEXT, with the principal's password from a Secret the kafka-acl component expects) are
+   replaced by the test broker's, which has no SASL; the ACL wiring itself is checked offline by
+   ``tests/unit/test_k8s_manifests.py``.
 3. The topics-ensure Job's command runs to completion; then streams, judge, rollout and trainer are
    started from the new virtualenv's ``streamgrpo`` entry point. Each must be running with its main
    loop beating the heartbeat file, pass the image's readiness and liveness probes, and (rollout,
@@ -75,9 +78,14 @@ def _map(value: str, base: Path) -> str:
     return _POD_PATH.sub(lambda m: str(base / POD_PATHS[m.group(1)]), value)
 
 
+# The connection's security is the test broker's, not the overlay's (see the module docstring).
+_BROKER_SECURITY = ("STREAMGRPO_KAFKA__SECURITY_PROTOCOL", "STREAMGRPO_KAFKA__SASL_")
+
+
 def container_env(container: dict, base: Path, kafka: KafkaSettings, prefix: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
-    env.update({e["name"]: _map(str(e["value"]), base) for e in container.get("env") or [] if "value" in e})
+    env.update({e["name"]: _map(str(e["value"]), base) for e in container.get("env") or [] if "value" in e
+                and not e["name"].startswith(_BROKER_SECURITY)})
     env["STREAMGRPO_KAFKA__BOOTSTRAP"] = kafka.bootstrap or ""
     env["STREAMGRPO_KAFKA__TOPIC_PREFIX"] = prefix
     env["STREAMGRPO_KAFKA__SESSION_TIMEOUT_MS"] = "3000"

@@ -40,17 +40,35 @@ def test_returned_rows_are_copies() -> None:
     assert "tampered" not in builtin_tasks()[0].ground_truths
 
 
+# Worded training arithmetic: (first words of the wording) -> the expression its numbers (in order of appearance)
+# denote. Written apart from tasks/builtin.py so that a wording asking for something else than its answer fails.
+_WORDED = {
+    "Find the product of": "{0} * {1}", "What do": "{0} * {1}",
+    "What is the total": "{0} + {1}", "A shop sold": "{0} + {1}",
+    "Take": "{0} * {1} - {2}", "There are": "{0} * {1} - {2}",
+    "Find the square of": "{0} ** 2 + {1}", "What number is": "{1} * {1} + {0}",
+    "Find the sum of": "({0} + {1}) * ({2} - {3})", "Increase": "({0} + {1}) * ({2} - {3})",
+    "How many whole times": "{1} // {0}", "If": "{0} // {1}",
+}
+
+
 def test_arithmetic_ground_truth_is_correct() -> None:
+    worded = 0
     for r in train_tasks():
         if r.metadata["kind"] != "arithmetic":
             continue
-        m = re.fullmatch(r"What is (.+)\?", r.question)
-        assert m, r.question
-        expr = m.group(1).replace(" squared", "**2").replace(" plus ", " + ")
-        if expr.startswith("the integer part of "):
-            a, b = expr.removeprefix("the integer part of ").split(" divided by ")
-            expr = f"{a} // {b}"
-        assert str(evaluate(expr)) == r.ground_truths[0], r.question
+        m = re.fullmatch(r"What is (\(?\d.+|the integer part .+)\?", r.question)
+        if m:
+            expr = m.group(1).replace(" squared", "**2").replace(" plus ", " + ")
+            if expr.startswith("the integer part of "):
+                a, b = expr.removeprefix("the integer part of ").split(" divided by ")
+                expr = f"{a} // {b}"
+        else:
+            opening = next(o for o in _WORDED if r.question.startswith(o + " "))
+            expr = _WORDED[opening].format(*re.findall(r"\d+", r.question))
+            worded += 1
+        assert str(evaluate(expr)) == r.ground_truths[0], (r.question, expr)
+    assert worded >= 40
 
 
 def test_two_step_answers_follow_from_the_corpus() -> None:
