@@ -123,16 +123,27 @@ def main(duration_s: int = 1800, runs: int = 1, plot: Path | None = None) -> dic
     }
 
 
+def cli() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("duration_s", nargs="?", type=int, default=1800, help="seconds each run lasts (default 1800)")
+    ap.add_argument("--runs", type=int, default=1, help="runs one after another, run i with trainer seed i")
+    ap.add_argument("--plot", type=Path, help="write the held-out curves of the runs to this PNG")
+    ap.add_argument("--summarise", type=Path, metavar="REPORT_DIR", help="only summarise an existing run's report")
+    ap.add_argument("--plot-reports", nargs="+", type=Path, metavar=("OUT.png", "REPORT_DIR"),
+                    help="only plot existing runs: OUT.png REPORT_DIR...")
+    a = ap.parse_args()
+    if a.summarise:
+        print(json.dumps(summarise(a.summarise)))
+    elif a.plot_reports:
+        if len(a.plot_reports) < 2:
+            ap.error("--plot-reports needs OUT.png and at least one REPORT_DIR")
+        plot_runs(a.plot_reports[1:], a.plot_reports[0])
+    else:
+        print(json.dumps(main(a.duration_s, a.runs, a.plot)))
+
+
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args and args[0] == "--summarise":  # an existing run's report directory
-        print(json.dumps(summarise(Path(args[1]))))
-        sys.exit(0)
-    if args and args[0] == "--plot-reports":  # OUT.png REPORT_DIR...: the plot of existing runs
-        plot_runs([Path(a) for a in args[2:]], Path(args[1]))
-        sys.exit(0)
-    n = int(args[args.index("--runs") + 1]) if "--runs" in args else 1
-    plot = Path(args[args.index("--plot") + 1]) if "--plot" in args else None
-    options = {i for i, a in enumerate(args) if a in ("--runs", "--plot")}
-    positional = [a for i, a in enumerate(args) if i not in options and i - 1 not in options]
-    print(json.dumps(main(int(positional[0]) if positional else 1800, n, plot)))
+    cli()

@@ -39,7 +39,7 @@ from streamgrpo.models.stats import is_human
 from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
 
-TOPICS = (catalog.TASKS, catalog.ROLLOUTS, catalog.REWARDS, catalog.GROUPS, catalog.TRAINING_SAMPLES, catalog.ADAPTER_EVENTS, catalog.EVALUATIONS)
+TOPICS = (catalog.TASKS, catalog.ROLLOUT_REQUESTS, catalog.ROLLOUTS, catalog.REWARDS, catalog.GROUPS, catalog.TRAINING_SAMPLES, catalog.ADAPTER_EVENTS, catalog.EVALUATIONS)
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class Progress:
     human_rewards: int = 0  # rewards with provenance human:<name>, kept apart from the judge's
     heldout_change: dict[str, Any] | None = None  # the final evaluation's paired difference, last vs base
     _seen: RecentIds = field(default_factory=RecentIds)
+    _probes: RecentIds = field(default_factory=RecentIds)  # group ids whose requests carry metadata["probe"]
     started: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
@@ -97,10 +98,14 @@ class Progress:
         elif isinstance(event, R.Reward) and event.status is R.RewardStatus.OK:
             self.versions[event.adapter_version].add(event, self.success_threshold)
             self.rewards.append((t, event.adapter_version, event.score))
+        elif isinstance(event, R.RolloutRequest):
+            if "probe" in event.metadata and event.envelope.group_id:
+                self._probes.add(event.envelope.group_id)
         elif isinstance(event, R.GroupClosed):
             self.groups += 1
             self.groups_training += event.trains
-            self.versions[event.adapter_version].add(event)
+            probe = event.envelope.group_id in self._probes
+            self.versions[event.adapter_version].add_group(event.trains, probe=probe)
         elif isinstance(event, R.TrainingSample):
             self.samples += 1
         elif isinstance(event, R.EvaluationCompleted):

@@ -13,8 +13,10 @@ rollouts) with the RECENT ones (the newest ones, at least ``min_rollouts`` too) 
 - the answered rate climbs (by ``answered_rise`` or more) while the mean reward falls: the planner learns to
   answer at once instead of answering right (the collapse docs/learning.md measured with a format credit);
 - the tool calls per rollout fall by half or more while the reward does not rise: it drops its tools;
-- the share of groups without reward variance reaches ``flat_share`` and is higher than early on: the reward
-  no longer separates the group's rollouts (all wrong or all right), so nothing is trained.
+- the share of FULL groups without reward variance reaches ``flat_share`` and is higher than early on: the
+  reward no longer separates the group's rollouts (all wrong or all right), so nothing is trained. Curriculum
+  probe groups (a cold kind's groups of 2, flat by design until the kind has signal) are not counted: counted,
+  they raised this alarm at the end of every default run while the full groups still trained.
 
 Pure: no clock, no I/O. What is not covered: judging whether a rise in reward is real (held-out evaluation is).
 """
@@ -69,7 +71,9 @@ def alarms(per_version: Mapping[int, VersionStats], rule: AlarmRule | None = Non
             and recent_reward <= early_reward):
         out.append(f"tool calls per rollout fell {early.tools_per_rollout:.2f} -> {recent.tools_per_rollout:.2f} "
                    "without a reward gain: the planner is dropping its tools")
-    if recent.groups_closed and recent.flat_share >= rule.flat_share and recent.flat_share > early.flat_share:
-        out.append(f"{recent.flat_share:.0%} of recent groups had no reward variance (early {early.flat_share:.0%}; "
-                   f"reward std {recent.reward_std:.2f}): nothing left to train on")
+    if (recent.full_groups and recent.full_flat_share >= rule.flat_share
+            and recent.full_flat_share > early.full_flat_share):
+        probes = f"; {recent.probe_groups} probe groups not counted" if recent.probe_groups else ""
+        out.append(f"{recent.full_flat_share:.0%} of recent groups had no reward variance (early "
+                   f"{early.full_flat_share:.0%}; reward std {recent.reward_std:.2f}{probes}): nothing left to train on")
     return out

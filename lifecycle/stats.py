@@ -9,7 +9,11 @@ event into it:
   (``rollout_status`` ERROR) and judge failures (an ERROR reward of a rollout that did not fail);
 - a human ``Reward`` (provenance ``human:<name>``): counted APART, never in the judge figures;
 - ``PlannerAction``: actions and parse failures (``ParseStatus.FAILED``);
-- ``GroupClosed``: closed groups and those without reward variance (``trains`` false: they train nothing);
+- ``GroupClosed``: closed groups and those without reward variance (``trains`` false: they train nothing); a
+  caller that knows a group was a curriculum probe (a cold kind's small group, ``metadata["probe"]`` on its
+  requests; GroupClosed does not carry it) folds it with :meth:`VersionStats.add_group` ``probe=True``: counted
+  in both figures and apart (``probe_groups``, ``probe_flat``), so :attr:`~VersionStats.full_flat_share` reads
+  the full groups only;
 - ``EvaluationCompleted``: the latest by event time.
 
 Its readers: :class:`streamgrpo.models.stats.Stats` (per adapter name and version, for the registry, the
@@ -37,7 +41,7 @@ from streamgrpo.avro import records as R
 #: The summed counters (what :meth:`VersionStats.merged` adds up; outcomes and evaluation are not merged).
 COUNTS = ("rewards", "ok", "reward_sum", "successes", "rollout_errors", "judge_failures", "human", "human_sum",
           "actions", "parse_failures", "rollouts", "answered", "tool_calls", "reward_sq", "groups_closed",
-          "flat_groups")
+          "flat_groups", "probe_groups", "probe_flat")
 
 
 def is_success(ok: bool, score: float, success_threshold: float) -> bool:
@@ -67,6 +71,8 @@ class VersionStats:
     reward_sq: float = 0.0  # of OK judge rewards
     groups_closed: int = 0  # GroupClosed
     flat_groups: int = 0  # closed groups without reward variance
+    probe_groups: int = 0  # of groups_closed: curriculum probe groups (when the caller knows)
+    probe_flat: int = 0  # of flat_groups: probe groups without reward variance
 
     def add(self, event: R.Event, success_threshold: float = 0.5) -> None:
         """Fold one event (the module docstring lists what each type counts; other types are ignored)."""
@@ -107,9 +113,11 @@ class VersionStats:
         self.human += 1
         self.human_sum += score
 
-    def add_group(self, trains: bool) -> None:
+    def add_group(self, trains: bool, probe: bool = False) -> None:
         self.groups_closed += 1
         self.flat_groups += not trains
+        self.probe_groups += probe
+        self.probe_flat += probe and not trains
 
     def merged(self, other: VersionStats) -> VersionStats:
         """The counters of both added up (outcomes and evaluation are not merged)."""
@@ -158,6 +166,16 @@ class VersionStats:
         """Share of the closed groups without reward variance."""
         return self.flat_groups / self.groups_closed if self.groups_closed else 0.0
 
+    @property
+    def full_groups(self) -> int:
+        """Closed groups that were not curriculum probes."""
+        return self.groups_closed - self.probe_groups
+
+    @property
+    def full_flat_share(self) -> float:
+        """Share of the closed full groups (probes not counted) without reward variance."""
+        return (self.flat_groups - self.probe_flat) / self.full_groups if self.full_groups else 0.0
+
     def rate(self, what: str) -> float:
         """``rollout_errors`` / ``judge_failures`` per judge reward, ``parse_failures`` per planner action."""
         denominator = self.actions if what == "parse_failures" else self.rewards
@@ -168,4 +186,5 @@ class VersionStats:
         return {"rollouts": self.rollouts, "answered_rate": round(self.answered_rate, 4),
                 "tools_per_rollout": round(self.tools_per_rollout, 3), "reward_mean": round(self.reward_mean or 0.0, 4),
                 "reward_std": round(self.reward_std, 4), "groups": self.groups_closed,
-                "zero_variance_share": round(self.flat_share, 4)}
+                "zero_variance_share": round(self.flat_share, 4), "probe_groups": self.probe_groups,
+                "full_zero_variance_share": round(self.full_flat_share, 4)}

@@ -36,3 +36,21 @@ def test_reward_std_and_rates_by_hand() -> None:
     h = version(4, 0.5, 2, 0.5, 0.5, groups=2)
     assert (h.answered_rate, h.tools_per_rollout, h.reward_mean, h.reward_std, h.flat_share) == (0.5, 2, 0.5, 0.5, 0.5)
     assert h.as_dict()["zero_variance_share"] == 0.5
+
+
+def test_probe_groups_of_cold_kinds_do_not_raise_the_no_variance_alarm() -> None:
+    """A default run's end: the full groups still train, but most closed groups are a cold kind's probes of 2,
+    flat by design. Counted together they made 88-100 % flat and raised the alarm at the end of every run."""
+    def with_probes(full_flat: float, probes: int) -> VersionHealth:
+        h = version(16, 1.0, 2, 0.5, full_flat, groups=4)
+        for _ in range(probes):
+            h.add_group(trains=False, probe=True)
+        return h
+
+    early = {0: version(16, 1.0, 2, 0.25, 0.5), 1: version(16, 1.0, 2, 0.25, 0.5)}
+    late = {5: with_probes(0.25, 20), 6: with_probes(0.25, 20)}
+    assert late[5].flat_share >= RULE.flat_share  # all groups together: the old alarm's reading
+    assert alarms({**early, **late}, RULE) == []
+    flat_late = {5: with_probes(1.0, 20), 6: with_probes(1.0, 20)}
+    [warning] = alarms({**early, **flat_late}, RULE)
+    assert "100% of recent groups had no reward variance" in warning and "20 probe groups not counted" in warning  # the recent pool: v6

@@ -101,6 +101,27 @@ def test_the_progress_view_the_report_and_the_alarms_read_the_same_fold() -> Non
     assert a.success_rate == 16 / 33 != p.per_version[0].success_rate
 
 
+def request(n: int, group: str, probe: bool) -> R.RolloutRequest:
+    return R.RolloutRequest(env(n, group_id=group, rollout_id=f"q{n}"), "q", "builtin", 0, 2, "planner", 3, 3,
+                            R.SamplingParams(0.7, 1.0, 64), metadata={"probe": "lookup"} if probe else {})
+
+
+def test_progress_counts_a_groups_probe_from_its_requests() -> None:
+    """GroupClosed does not say the group was a probe; its requests' metadata does, and the progress view (which
+    follows rollout-requests) folds the group as a probe: counted in the groups and apart in the probe figures."""
+    p = Progress()
+    for event in [request(1, "g-probe", True), request(2, "g-full", False),
+                  R.GroupClosed(env(3, group_id="g-probe"), R.GroupStatus.COMPLETE, 2, 2, 0.0, 0.0, "grpo", False,
+                                "complete", 3),
+                  R.GroupClosed(env(4, group_id="g-full"), R.GroupStatus.COMPLETE, 8, 8, 0.5, 0.5, "grpo", True,
+                                "complete", 3)]:
+        p.apply(event)
+    s = p.versions[3]
+    assert (s.groups_closed, s.flat_groups, s.probe_groups, s.probe_flat) == (2, 1, 1, 1)
+    assert (s.flat_share, s.full_flat_share) == (0.5, 0.0)
+    assert p.summary()["health"]["per_version"]["3"]["probe_groups"] == 1
+
+
 def test_one_per_version_statistics_class_in_the_product() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     folders = sorted({d.split("/")[0] for d in config["tool"]["setuptools"]["package-dir"].values()})
