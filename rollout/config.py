@@ -110,6 +110,10 @@ class RolloutConfig(StrictModel):
         True, description="The reply of the last allowed turn (max_turns) is constrained to {\"answer\": ...} "
         "(recorded in the grammar descriptor so the trainer replays the same masks): the planner always answers "
         "from what it has seen, and running out of turns never hands a tool output in as its answer.")
+    planner_examples: Literal["fixed", "analysis"] = Field(
+        "fixed", description="The worked example in the planner's prompt: 'fixed' = one calculator call; "
+        "'analysis' = the example follows the query analysis's useful tools (an archive call for a question the "
+        "analysis sends to knowledge_search, both tools when it names both). docs/learning.md measures both.")
     # -- trajectory -------------------------------------------------------------------------------
     tools: ToolsSettings = Field(default_factory=ToolsSettings, description="Tools given to the planner "
                                  "(TOML [rollout.tools]: enabled, corpus path, sandbox limits...).")

@@ -90,6 +90,7 @@ class LoopContext:
     constraint: TokenGrammar | None = None
     #: An answer in the same object as a tool call: 'forbid' (grammar v2), 'ignore' (the tool runs), 'accept'.
     answer_in_call: str = "forbid"
+    planner_examples: str = "fixed"  # [rollout] planner_examples: which worked example the planner's prompt shows
     #: The reply of turn ``max_turns`` must be an answer (constrained where a grammar applies; asked for always).
     answer_at_last_turn: bool = True
 
@@ -201,7 +202,8 @@ def _prompt_ids(traj: _Trajectory, ctx: LoopContext, tool_lines: list[str], fina
     steps = ctx.history_steps
     while True:
         messages = planner.build_messages(traj.request.question, tool_lines, traj.analysis, traj.history,
-                                          max_steps=steps, clip=ctx.observation_clip, final=final)
+                                          max_steps=steps, clip=ctx.observation_clip, final=final,
+                                          example=planner.example_for(traj.analysis, ctx.planner_examples))
         ids = ctx.policy.chat_prompt(messages) + _prefix_ids(ctx)
         if len(ids) <= ctx.max_prompt_tokens or steps <= 0:
             return ids
@@ -259,7 +261,8 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
         envelope=traj.envelope(ctx.service, "planner_action", turn), prompt_token_ids=list(gen.prompt_token_ids),
         action_text=gen.text, action_token_ids=list(gen.token_ids), behaviour_logprobs=list(gen.logprobs),
         adapter_name=gen.adapter_name, adapter_version=gen.adapter_version, sampling=applied_sampling(req, ctx),
-        parse_status=parsed.status, prompt_hash=planner.PROMPT_HASH, latency_ms=gen.latency_ms, engine=gen.engine,
+        parse_status=parsed.status, prompt_hash=planner.EXAMPLE_HASHES[planner.example_for(traj.analysis, ctx.planner_examples)],
+        latency_ms=gen.latency_ms, engine=gen.engine,
         tool=step.tool if step is not None else None, is_final=bool(step is not None and step.is_final),
     ))
     _count_action(gen, parsed.status)

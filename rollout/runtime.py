@@ -135,6 +135,7 @@ def build_context(cfg: RolloutConfig, policy: PlannerPolicy, text_model: TextMod
         service=cfg.service, max_prompt_tokens=cfg.max_prompt_tokens, history_steps=cfg.history_steps,
         observation_clip=cfg.observation_clip, response_prefix=cfg.response_prefix,
         stop_at_json_end=cfg.stop_at_json_end, answer_in_call=cfg.answer_in_call,
+        planner_examples=cfg.planner_examples,
         answer_at_last_turn=cfg.answer_at_last_turn,
     )
     ctx.constraint = build_constraint(cfg.constrain, ctx)

@@ -44,6 +44,45 @@ STEP_TEMPLATE = "Step {turn}: {action}\nResult: {result}\n"
 
 PROMPT_HASH = prompt_hash(SYSTEM_TEMPLATE, USER_TEMPLATE, STEP_TEMPLATE, NEXT_INSTRUCTION, FINAL_INSTRUCTION)
 
+#: The system prompt's worked example (the calculator one, in SYSTEM_TEMPLATE).
+_EXAMPLE_CALCULATOR = SYSTEM_TEMPLATE[SYSTEM_TEMPLATE.index("Example:"):]
+
+#: ``[rollout] planner_examples = "analysis"``: the worked example follows the query analysis's first useful tool,
+#: so a question the analysis sends to the archive shows an archive call instead of a calculator call, and one that
+#: needs both shows both. The entities are invented (in no corpus, no task); the planner still chooses every step.
+EXAMPLES: dict[str, str] = {
+    "calculator": _EXAMPLE_CALCULATOR,
+    "knowledge_search": """Example:
+Question: According to the archive, what is the capital of the Kingdom of Velmora?
+Step 1: {{"tool": "knowledge_search", "input": "capital of the Kingdom of Velmora"}}
+Result: The Kingdom of Velmora was founded in the year 1234 by Ada Brennick. Its capital is Tolmere, a city with a population of 5678.
+Step 2: {{"answer": "Tolmere"}}""",
+    "calculator+knowledge_search": """Example:
+Question: Compute 1000 + 234. Which kingdom was founded in that year according to the archive?
+Step 1: {{"tool": "calculator", "input": "1000+234"}}
+Result: 1234
+Step 2: {{"tool": "knowledge_search", "input": "kingdom founded in the year 1234"}}
+Result: The Kingdom of Velmora was founded in the year 1234 by Ada Brennick.
+Step 3: {{"answer": "Velmora"}}""",
+}
+
+#: Prompt hash of each example choice (``calculator`` is :data:`PROMPT_HASH`: the fixed prompt's).
+EXAMPLE_HASHES: dict[str, str] = {
+    k: PROMPT_HASH if k == "calculator" else prompt_hash(SYSTEM_TEMPLATE.replace(_EXAMPLE_CALCULATOR, v),
+                                                         USER_TEMPLATE, STEP_TEMPLATE, NEXT_INSTRUCTION,
+                                                         FINAL_INSTRUCTION)
+    for k, v in EXAMPLES.items()
+}
+
+
+def example_for(analysis: QueryAnalysis | None, mode: str = "fixed") -> str:
+    """The key of :data:`EXAMPLES` the planner's prompt shows: always ``calculator`` in mode ``fixed``; in mode
+    ``analysis`` the analysis's useful tools (archive and calculator together: the two-step example)."""
+    tools = set(analysis.tools) if analysis is not None and mode == "analysis" else set()
+    if "knowledge_search" in tools:
+        return "calculator+knowledge_search" if "calculator" in tools else "knowledge_search"
+    return "calculator"
+
 
 def tool_line(name: str, description: str, example: str | None = None, limit: int = 70) -> str:
     """``- name: first clause of the description (e.g. <example>)``, clipped at a word boundary."""
@@ -76,10 +115,12 @@ def build_messages(
     max_steps: int = 3,
     clip: int = 160,
     final: bool = False,
+    example: str = "calculator",
 ) -> list[dict[str, str]]:
-    """Chat messages of the planner's state: system (format, tools, example) + user (question, steps, and
-    the instruction: the next object, or on the ``final`` turn the answer)."""
-    system = SYSTEM_TEMPLATE.format(schema=NextStep.SCHEMA, tools="\n".join(tool_lines))
+    """Chat messages of the planner's state: system (format, tools, the ``example`` of :data:`EXAMPLES`) + user
+    (question, steps, and the instruction: the next object, or on the ``final`` turn the answer)."""
+    template = SYSTEM_TEMPLATE.replace(_EXAMPLE_CALCULATOR, EXAMPLES[example])
+    system = template.format(schema=NextStep.SCHEMA, tools="\n".join(tool_lines))
     analysis_text = ""
     if analysis is not None and (analysis.tools or analysis.skills):
         parts = []

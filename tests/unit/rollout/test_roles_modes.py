@@ -50,6 +50,32 @@ def test_planner_prompt_is_short_and_shows_state():
     assert "Step 1:" not in only_last[1]["content"] and "Step 2:" in only_last[1]["content"]
 
 
+def test_planner_example_follows_the_analysis_only_when_asked():
+    lines = [planner.tool_line("calculator", Calculator().spec.description)]
+    facts = QueryAnalysis(("facts",), ("knowledge_search",))
+    both = QueryAnalysis(("arithmetic", "facts"), ("calculator", "knowledge_search"))
+    assert [planner.example_for(a) for a in (facts, both, None)] == ["calculator"] * 3  # mode "fixed"
+    keys = [planner.example_for(a, "analysis") for a in (facts, both, QueryAnalysis(("arithmetic",), ("calculator",)),
+                                                          None)]
+    assert keys == ["knowledge_search", "calculator+knowledge_search", "calculator", "calculator"]
+    fixed = planner.build_messages("q", lines, facts, [])[0]["content"]
+    assert fixed == planner.SYSTEM_TEMPLATE.format(schema=planner.NextStep.SCHEMA, tools=lines[0])  # unchanged
+    archive = planner.build_messages("q", lines, facts, [], example="knowledge_search")[0]["content"]
+    assert '{"tool": "knowledge_search", "input": "capital of the Kingdom of Velmora"}' in archive
+    assert '"6*7"' not in archive and archive.startswith(fixed[:fixed.index("Example:")])
+    assert planner.EXAMPLE_HASHES["calculator"] == planner.PROMPT_HASH
+    assert len(set(planner.EXAMPLE_HASHES.values())) == len(planner.EXAMPLES)
+
+
+def test_the_examples_entities_are_in_no_task_and_no_passage():
+    from streamgrpo.tasks.builtin import builtin_corpus, builtin_tasks
+
+    text = " ".join([p.text for p in builtin_corpus()] + [t.question + " ".join(t.ground_truths)
+                                                         for t in builtin_tasks()])
+    for name in ("Velmora", "Tolmere", "Brennick", "1234"):
+        assert name not in text
+
+
 def test_rule_analysis_maps_cues_to_enabled_tools():
     a = analyser.build_analyser("rule").analyse("Calculate 12 squared, and then find a major historical event in "
                                                 "that year", ["calculator", "knowledge_search", "python"])
