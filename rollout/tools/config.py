@@ -70,6 +70,19 @@ class SandboxSettings(StrictModel):
         description="Also install the in-process audit hook (defence in depth; the jail is the boundary, and the "
         "escape suite runs with this off to prove it).",
     )
+    allow_fork: bool = Field(
+        default=False,
+        description="Let the program create processes. Off: seccomp denies fork/vfork/clone without CLONE_THREAD "
+        "(threads still work), so the program is one process and memory_mb, cpu_seconds and max_open_files bound "
+        "the whole call. On: those rlimits hold per process (each child gets a fresh allowance) unless a cgroup "
+        "bounds the call; the tool says so in a WARNING at start.",
+    )
+    require_call_limits: bool = Field(
+        default=False,
+        description="Refuse to start (fail closed) unless every limit holds for the whole call, not per process "
+        "or not at all (tmpfs inodes are bounded only by a cgroup's memory.max). Off: the tool starts and logs a "
+        "WARNING naming each limit that does not hold for the whole call.",
+    )
 
 
 class KnowledgeSettings(StrictModel):

@@ -26,12 +26,16 @@ outside the working directory and the Python installation. The escape suite
 (``tests/unit/rollout/test_tools_sandbox_escape.py``) runs every attack with the hook switched off
 too: the jail alone must hold.
 
-What is NOT covered: see :mod:`.jail` (kernel bugs in allowed syscalls, no cgroup accounting).
+Which limits hold for the whole call and which only per process is decided and announced once at
+start by :mod:`.sandbox_limits` (a WARNING, or a refusal under ``require_call_limits``).
+
+What is NOT covered: see :mod:`.jail` (kernel bugs in allowed syscalls, tmpfs inodes).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import logging
 import os
@@ -54,11 +58,14 @@ from streamgrpo.rollout.tools.jail import (
     JailPlan,
     bwrap_argv,
     check_probe,
+    check_userns_probe,
     explain_bwrap_failure,
     memfd,
     plan_jail,
     popen_identity,
 )
+from streamgrpo.rollout.tools.sandbox_limits import announce_limits, limit_scopes
+from streamgrpo.rollout.tools.seccomp import build_program
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +109,7 @@ class SandboxRun:
         return f"exit status {self.returncode}: {last}" if last else f"exit status {self.returncode}"
 
 
-def child_config(limits: SandboxSettings, *, probe: bool = False) -> str:
+def child_config(limits: SandboxSettings, *, probe: bool | str = False) -> str:
     """The bootstrap's argument (``key=value,...``, see ``_sandbox_child.format_config``)."""
     return format_config({
         "workdir": WORKDIR, "code_path": CODE_PATH, "cpu_seconds": limits.cpu_seconds, "memory_mb": limits.memory_mb,
@@ -248,11 +255,9 @@ def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
     return run, status
 
 
-def verify_jail(plan: JailPlan, limits: SandboxSettings) -> dict[str, Any]:
-    """Run the probe through the jail; raise SandboxUnavailableError listing every isolation missing.
-    It gets at least :data:`PROBE_WALL_S` (a short per-call limit must not fail the probe on a busy host)."""
-    probe_limits = limits.model_copy(update={"wall_seconds": max(limits.wall_seconds, PROBE_WALL_S)})
-    run, status = _spawn(plan, probe_limits, "", child_config(probe_limits, probe=True), with_status=True)
+def _probe_report(plan: JailPlan, limits: SandboxSettings, mode: bool | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One probe run through the jail: its JSON report and bwrap's status documents."""
+    run, status = _spawn(plan, limits, "", child_config(limits, probe=mode), with_status=True)
     if run.returncode != 0 or run.timed_out:
         raise SandboxUnavailableError(explain_bwrap_failure(run.stderr or f"exit status {run.returncode}"))
     try:
@@ -260,16 +265,33 @@ def verify_jail(plan: JailPlan, limits: SandboxSettings) -> dict[str, Any]:
     except (ValueError, IndexError) as exc:
         raise SandboxUnavailableError(f"the sandbox probe printed no report: {run.stdout[:200]!r} "
                                       f"{run.stderr[:300]!r}") from exc
-    problems = check_probe(report, status, plan)
+    return dict(report), status
+
+
+def verify_jail(plan: JailPlan, limits: SandboxSettings) -> dict[str, Any]:
+    """Run the probes through the jail; raise SandboxUnavailableError listing every isolation missing.
+
+    Two runs: the jail as every call gets it (every isolation, the seccomp argument filters, the tmpfs,
+    the rlimits), and the same jail under a filter that leaves ``clone`` open, where creating a user
+    namespace must still fail (bwrap's --disable-userns; the call's own filter denies every route, so
+    only this run can tell). Each gets at least :data:`PROBE_WALL_S` (a busy host must not fail it)."""
+    probe_limits = limits.model_copy(update={"wall_seconds": max(limits.wall_seconds, PROBE_WALL_S)})
+    report, status = _probe_report(plan, probe_limits, True)
+    problems = check_probe(report, status, plan, limits)
+    forking = dataclasses.replace(plan, seccomp=build_program(allow_fork=True))
+    userns, _ = _probe_report(forking, probe_limits, "userns")
+    problems += check_userns_probe(userns)
     if problems:
         raise SandboxUnavailableError("the sandbox jail is incomplete, refusing to run code: " + "; ".join(problems))
-    return dict(report)
+    return {**report, "new_userns_blocked": True, "userns_errno": userns["userns_errno"]}
 
 
 def prepare_jail(limits: SandboxSettings) -> JailPlan:
-    """Plan the jail and verify it once (the tool refuses to build when this raises)."""
+    """Plan the jail, verify it once, and state which limits hold for the whole call (the tool refuses to
+    build when this raises: a missing isolation, or a per-process limit under ``require_call_limits``)."""
     plan = plan_jail(limits)
     report = verify_jail(plan, limits)
+    announce_limits(limit_scopes(limits), limits)
     log.info("python sandbox: bubblewrap jail verified (uid %d, %s python %s, seccomp on, %d MiB disk)",
              plan.uid, plan.python, report.get("python"), limits.disk_mb)
     return plan

@@ -1,0 +1,120 @@
+"""The sandbox's limits hold for the whole call, not per process, and the start-up probe checks each
+isolation it claims (issue 24, finding 5). Every test runs real bubblewrap jails; the ones that need
+a broken jail use a real bwrap behind a small wrapper script that removes one piece of it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamgrpo.rollout.tools.config import SandboxSettings
+from streamgrpo.rollout.tools.errors import SandboxUnavailableError
+from streamgrpo.rollout.tools.python_sandbox import PythonSandbox, run_sandboxed
+from streamgrpo.rollout.tools.sandbox_limits import limit_scopes
+
+JAIL_ONLY = {"audit_hook": False}  # the jail alone must hold (the project's criterion)
+REAL_BWRAP = shutil.which("bwrap")
+
+
+@pytest.fixture
+def wrapper_dir() -> Iterator[Path]:
+    """A directory the sandbox uid (65534 when the worker is root) can traverse, for wrapper scripts."""
+    path = Path(tempfile.mkdtemp(prefix="streamgrpo-bwrap-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _wrapper(directory: Path, body: str) -> str:
+    """An executable that edits bwrap's arguments with ``body`` (POSIX sh) and runs the real bwrap."""
+    assert REAL_BWRAP is not None, "make setup installs bubblewrap"
+    script = directory / "bwrap"
+    script.write_text("#!/bin/sh\nprev=\nfor a in \"$@\"; do\n  shift\n" + body + "  prev=$a\n"
+                      "  set -- \"$@\" \"$a\"\ndone\nexec " + REAL_BWRAP + " \"$@\"\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_bwrap_that_drops_disable_userns_is_refused(wrapper_dir: Path) -> None:
+    # the old probe tried unshare(CLONE_NEWUSER), which seccomp always denies, so it passed this bwrap
+    bwrap = _wrapper(wrapper_dir, '  if [ "$a" = --disable-userns ]; then continue; fi\n')
+    with pytest.raises(SandboxUnavailableError, match=r"a new user namespace can be created inside the jail"):
+        PythonSandbox(SandboxSettings(bwrap=bwrap))
+
+
+def test_a_bwrap_whose_seccomp_filter_allows_everything_is_refused(wrapper_dir: Path) -> None:
+    """A filter is installed (seccomp mode 2, all the old probe checked) but it denies nothing."""
+    (wrapper_dir / "allow.bpf").write_bytes(b"\x06\x00\x00\x00\x00\x00\xff\x7f")  # one insn: RET ALLOW
+    (wrapper_dir / "allow.bpf").chmod(0o644)
+    bwrap = _wrapper(wrapper_dir, f'  if [ "$prev" = --seccomp ]; then exec 9< {wrapper_dir}/allow.bpf; a=9; fi\n')
+    with pytest.raises(SandboxUnavailableError) as caught:
+        PythonSandbox(SandboxSettings(bwrap=bwrap))
+    text = str(caught.value)
+    for missing in ("fork_errno is 0", "families_open is ['vsock'", "memfd_errno is 0", "'shmget': 0"):
+        assert missing in text, text
+
+
+def test_a_forking_program_gets_no_more_memory_than_the_call_has_and_threads_still_work() -> None:
+    # issue 24: 6 forked children used 527 MB against memory_mb=128 (each had its own RLIMIT_AS)
+    code = ("import os, threading\nheld = 0\nfor i in range(6):\n    try:\n        pid = os.fork()\n"
+            "    except OSError as e:\n        print('fork refused:', e)\n        break\n    if pid == 0:\n"
+            "        x = bytearray(80 * 2 ** 20)\n        os._exit(0)\n    held += 80 if os.waitpid(pid, 0)[1] == 0 else 0\n"
+            "out = []\nts = [threading.Thread(target=lambda i=i: out.append(sum(range(i * 1000)))) for i in range(8)]\n"
+            "for t in ts:\n    t.start()\nfor t in ts:\n    t.join()\nprint('threads', len(out), max(out))\n"
+            "x = bytearray(80 * 2 ** 20)\nheld += 80\nprint('held MiB', held)\n")
+    run = run_sandboxed(code, SandboxSettings(memory_mb=128, **JAIL_ONLY))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["fork refused: [Errno 1] Operation not permitted",
+                                       f"threads 8 {sum(range(7000))}", "held MiB 80"]
+
+
+def test_memory_outside_every_rlimit_and_foreign_socket_families_are_refused() -> None:
+    # issue 24: +192 MB of memfd pages, +384 MB of SysV shm, and AF_VSOCK reaching the host's port space
+    code = ("import ctypes, os, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "def err(f):\n    try:\n        f()\n        return 0\n    except OSError as e:\n        return e.errno\n"
+            "def cerr(rc):\n    return ctypes.get_errno() if rc < 0 else 0\n"
+            "print('memfd', err(lambda: os.memfd_create('m')))\n"
+            "print('shmget', cerr(libc.shmget(0, 1 << 20, 0o1600)))\nprint('msgget', cerr(libc.msgget(0, 0o1600)))\n"
+            "print('semget', cerr(libc.semget(0, 1, 0o1600)))\n"
+            "print('mq_open', cerr(libc.mq_open(b'/q', os.O_CREAT | os.O_RDWR, 0o600, None)))\n"
+            "for name, fam, kind in [('vsock', 40, 1), ('inet', 2, 1), ('inet6', 10, 2), ('packet', 17, 2)]:\n"
+            "    print(name, err(lambda: socket.socket(fam, kind)))\n"
+            "print('unix', err(lambda: socket.socketpair()))\nprint('netlink', err(lambda: socket.socket(16, 3, 0)))\n")
+    run = run_sandboxed(code, SandboxSettings(**JAIL_ONLY))
+    assert run.returncode == 0, run.stderr
+    got = dict(line.split() for line in run.stdout.splitlines())
+    assert got == {"memfd": "1", "shmget": "1", "msgget": "1", "semget": "1", "mq_open": "1", "vsock": "97",
+                   "inet": "97", "inet6": "97", "packet": "97", "unix": "0", "netlink": "0"}
+
+
+def test_the_start_says_loudly_which_limits_do_not_hold_for_the_call(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="streamgrpo.rollout.tools.sandbox_limits"):
+        PythonSandbox(SandboxSettings())
+        default = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        caplog.clear()
+        PythonSandbox(SandboxSettings(allow_fork=True, memory_mb=300, cpu_seconds=7))
+        forking = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(default) == 1 and "NOT BOUNDED: disk inodes" in default[0] and "PER PROCESS" not in default[0]
+    assert len(forking) == 1 and "PER PROCESS ONLY" in forking[0]
+    for named in ("memory_mb=300 (RLIMIT_AS", "cpu_seconds=7 (RLIMIT_CPU", "max_open_files=64 (RLIMIT_NOFILE"):
+        assert named in forking[0], forking[0]
+
+
+def test_require_call_limits_fails_closed_when_a_limit_is_not_the_calls() -> None:
+    with pytest.raises(SandboxUnavailableError, match=r"require_call_limits .* refuses to start") as caught:
+        PythonSandbox(SandboxSettings(require_call_limits=True, allow_fork=True))
+    assert "memory_mb=512 (RLIMIT_AS" in str(caught.value) and "disk inodes" in str(caught.value)
+
+
+def test_limit_scopes_follow_the_fork_setting() -> None:
+    one = {s.name: s.scope for s in limit_scopes(SandboxSettings())}
+    many = {s.name: s.scope for s in limit_scopes(SandboxSettings(allow_fork=True))}
+    assert one["memory"] == one["cpu"] == one["open files"] == "call"
+    assert many["memory"] == many["cpu"] == many["open files"] == "process"
+    assert one["processes and threads"] == one["disk bytes"] == "call" and one["disk inodes"] == "none"
