@@ -137,9 +137,10 @@ def _open_families(socket):
 def _libc_errnos(libc, ctypes):
     """errno of SysV shm/msg/sem creation and of mq_open (0 = created)."""
     out = {}
+    rt = libc if hasattr(libc, "mq_open") else ctypes.CDLL("librt.so.1", use_errno=True)  # glibc < 2.34: librt
     for name, call in [("shmget", lambda: libc.shmget(0, 1 << 20, 0o1600)), ("msgget", lambda: libc.msgget(0, 0o1600)),
                        ("semget", lambda: libc.semget(0, 1, 0o1600)),
-                       ("mq_open", lambda: libc.mq_open(b"/sbx-probe", os.O_CREAT | os.O_RDWR, 0o600, None))]:
+                       ("mq_open", lambda: rt.mq_open(b"/sbx-probe", os.O_CREAT | os.O_RDWR, 0o600, None))]:
         ctypes.set_errno(0)
         out[name] = 0 if call() >= 0 else ctypes.get_errno()
     return out

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -77,10 +78,22 @@ class SandboxSettings(StrictModel):
         "the whole call. On: those rlimits hold per process (each child gets a fresh allowance) unless a cgroup "
         "bounds the call; the tool says so in a WARNING at start.",
     )
+    cgroup: Literal["auto", "off"] = Field(
+        default="auto",
+        description="A cgroup v2 per call (memory.max, pids.max, and cpu.max with allow_fork) where one is "
+        "delegated: 'auto' detects it at start (cgroup_parent, else the worker's own cgroup) and falls back, "
+        "with a WARNING, to the rlimits; 'off' never uses one.",
+    )
+    cgroup_parent: Path | None = Field(
+        default=None,
+        description="A writable, empty cgroup v2 directory under which each call gets its own cgroup (e.g. a "
+        "systemd Delegate=yes unit's subgroup). Unset: the worker's own cgroup, usable only when it may "
+        "delegate memory and pids.",
+    )
     require_call_limits: bool = Field(
         default=False,
         description="Refuse to start (fail closed) unless every limit holds for the whole call, not per process "
-        "or not at all (tmpfs inodes are bounded only by a cgroup's memory.max). Off: the tool starts and logs a "
+        "or not at all (tmpfs inodes are bounded only by a per-call cgroup's memory.max). Off: the tool starts and logs a "
         "WARNING naming each limit that does not hold for the whole call.",
     )
 

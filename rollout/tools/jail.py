@@ -52,6 +52,7 @@ from pathlib import Path
 from streamgrpo.rollout.tools._sandbox_child import rlimit_values
 from streamgrpo.rollout.tools.config import SandboxSettings
 from streamgrpo.rollout.tools.errors import SandboxUnavailableError
+from streamgrpo.rollout.tools.sandbox_cgroup import CgroupPlan
 from streamgrpo.rollout.tools.seccomp import SeccompUnsupportedError, build_program
 
 WORKDIR = "/tmp"
@@ -82,6 +83,7 @@ class JailPlan:
     python: str
     python_dirs: tuple[str, ...]  # read-only binds besides /usr (at the same paths)
     seccomp: bytes
+    cgroup: CgroupPlan | None = None  # a cgroup v2 per call (set by prepare_jail once verified)
 
 
 def _host_dirs() -> list[tuple[str, str | None]]:
@@ -195,11 +197,12 @@ class JailFds:
     bootstrap: int
     code: int
     seccomp: int
-    status: int | None = None  # --json-status-fd (the probe only)
+    status: int | None = None  # --json-status-fd (the probe, and calls with a cgroup)
+    block: int | None = None  # --block-fd: the jail waits until its processes are in the call's cgroup
 
     def all(self) -> list[int]:
         """Every descriptor to pass to bwrap."""
-        return [fd for fd in (self.bootstrap, self.code, self.seccomp, self.status) if fd is not None]
+        return [fd for fd in (self.bootstrap, self.code, self.seccomp, self.status, self.block) if fd is not None]
 
 
 def memfd(name: str, data: bytes) -> int:
@@ -230,6 +233,8 @@ def bwrap_argv(plan: JailPlan, settings: SandboxSettings, fds: JailFds, child_co
              "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR, "--seccomp", str(fds.seccomp)]
     if fds.status is not None:
         argv += ["--json-status-fd", str(fds.status)]
+    if fds.block is not None:
+        argv += ["--block-fd", str(fds.block)]
     return [*argv, "--", plan.python, "-I", "-B", BOOTSTRAP_PATH, child_config]
 
 

@@ -39,7 +39,6 @@ import dataclasses
 import json
 import logging
 import os
-import selectors
 import signal
 import subprocess
 import time
@@ -64,6 +63,8 @@ from streamgrpo.rollout.tools.jail import (
     plan_jail,
     popen_identity,
 )
+from streamgrpo.rollout.tools.sandbox_cgroup import CallCgroup, CgroupError, plan_cgroup
+from streamgrpo.rollout.tools.sandbox_io import kill_group, read_bounded, read_status, wait_exited
 from streamgrpo.rollout.tools.sandbox_limits import announce_limits, limit_scopes
 from streamgrpo.rollout.tools.seccomp import build_program
 
@@ -72,7 +73,6 @@ log = logging.getLogger(__name__)
 CHILD_SCRIPT = Path(__file__).with_name("_sandbox_child.py")
 MAX_CODE_CHARS = 20_000
 PROBE_WALL_S = 60.0
-_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,8 @@ class SandboxRun:
     stderr_truncated: bool
     duration_ms: int
     jail_error: str | None = None
+    limit_hit: str | None = None  # "memory" / "processes": the call's cgroup reported it
+
 
     def error(self, limits: SandboxSettings) -> str | None:
         """A one-line explanation when the run failed, None when it exited 0."""
@@ -96,6 +98,8 @@ class SandboxRun:
             return f"the sandbox could not start, the program did not run: {self.jail_error}"
         if self.timed_out:
             return f"killed: wall-clock limit of {limits.wall_seconds:g}s exceeded"
+        if self.limit_hit == "memory":
+            return f"killed: memory limit of {limits.memory_mb} MiB (plus {limits.disk_mb} MiB of files) exceeded"
         if self.returncode == 0:
             return None
         sig = self.returncode - 128 if self.returncode > 128 else -self.returncode if self.returncode < 0 else 0
@@ -118,84 +122,6 @@ def child_config(limits: SandboxSettings, *, probe: bool | str = False) -> str:
     })
 
 
-def _read_bounded(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tuple[bytes, bytes, bool, bool, bool]:
-    """Read both pipes until EOF or ``deadline``; keep ``cap`` bytes of each. Returns
-    (stdout, stderr, stdout_truncated, stderr_truncated, timed_out)."""
-    assert proc.stdout is not None and proc.stderr is not None
-    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    cut = dict.fromkeys(bufs, False)
-    timed_out = False
-    with selectors.DefaultSelector() as sel:
-        for fd in bufs:
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if timed_out:
-                    break  # grace period after the kill is over; leave the rest
-                timed_out = True
-                _kill_group(proc)
-                deadline = time.monotonic() + _GRACE_S
-                continue
-            for key, _ in sel.select(timeout=remaining):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fd)
-                    continue
-                room = cap - len(bufs[key.fd])
-                bufs[key.fd] += chunk[: max(0, room)]
-                cut[key.fd] = cut[key.fd] or len(chunk) > room
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), cut[out_fd], cut[err_fd], timed_out
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL bwrap's process group (the jail's pid namespace dies with bwrap). Only called while
-    bwrap is not yet reaped, so its pid (= the group id, a session leader) cannot have been reused."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _wait_exited(proc: subprocess.Popen[bytes], deadline: float) -> bool:
-    """Wait until bwrap has exited WITHOUT reaping it (WNOWAIT); False at the deadline."""
-    while True:
-        try:
-            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        if info is not None:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-
-
-def _read_status(fd: int) -> list[dict[str, Any]]:
-    """The JSON documents bwrap wrote to --json-status-fd (after it exited)."""
-    os.set_blocking(fd, False)
-    data = b""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    docs, decoder, text, pos = [], json.JSONDecoder(), data.decode("utf-8", "replace"), 0
-    while pos < len(text):
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        if pos >= len(text):
-            break
-        doc, pos = decoder.raw_decode(text, pos)
-        docs.append(doc)
-    return docs
-
-
 def _memfds(contents: list[tuple[str, bytes]]) -> list[int]:
     """One memfd per (name, data); when one cannot be made, those already made are closed (no leak)."""
     opened: list[int] = []
@@ -211,37 +137,77 @@ def _memfds(contents: list[tuple[str, bytes]]) -> list[int]:
                 os.close(fd)
 
 
-def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
-           with_status: bool = False) -> tuple[SandboxRun, list[dict[str, Any]]]:
-    """One run of ``code`` in the jail; the status documents are read only when ``with_status``."""
-    start = time.monotonic()
+def _start(plan: JailPlan, limits: SandboxSettings, code: str, config: str, with_status: bool,
+           call_cg: CallCgroup | None) -> tuple[subprocess.Popen[bytes], int | None, bytes]:
+    """Start bwrap; with a cgroup, hold the jail until its processes are in it. Returns the process,
+    the status pipe's read end (or None) and the status bytes already read."""
     opened = _memfds([("sbx-bootstrap", CHILD_SCRIPT.read_bytes()), ("sbx-code", code.encode("utf-8")),
                       ("sbx-seccomp", plan.seccomp)])
-    status_r, status_w = os.pipe() if with_status else (None, None)
-    fds = JailFds(bootstrap=opened[0], code=opened[1], seccomp=opened[2], status=status_w)
+    status_r, status_w = os.pipe() if with_status or call_cg else (None, None)
+    block_r, block_w = os.pipe() if call_cg else (None, None)
+    fds = JailFds(bootstrap=opened[0], code=opened[1], seccomp=opened[2], status=status_w, block=block_r)
     try:
         proc = subprocess.Popen(  # noqa: S603 - fixed argv: bwrap, our interpreter and our bootstrap
             bwrap_argv(plan, limits, fds, config), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, cwd="/", env={}, start_new_session=True, close_fds=True, pass_fds=fds.all(),
             **popen_identity(plan),  # type: ignore[arg-type]
         )
+    except OSError:
+        for fd in (status_r, block_w):
+            if fd is not None:
+                os.close(fd)
+        raise
     finally:
-        for fd in [*opened, *([status_w] if status_w is not None else [])]:
+        for fd in [*opened, *(fd for fd in (status_w, block_r) if fd is not None)]:
             os.close(fd)
-    try:
-        deadline = start + limits.wall_seconds
-        out, err, out_cut, err_cut, timed_out = _read_bounded(proc, deadline, limits.capture_bytes)
-        if not timed_out and not _wait_exited(proc, deadline):
-            timed_out = True
-        _kill_group(proc)  # on timeout; otherwise a no-op (the pid namespace is already gone)
-        returncode = proc.wait()
-        status = _read_status(status_r) if status_r is not None else []
-    finally:
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-        if status_r is not None:
+    early = b""
+    if call_cg is not None and status_r is not None and block_w is not None:
+        try:
+            early = call_cg.enter(proc.pid, status_r, block_w, time.monotonic() + limits.wall_seconds)
+        except CgroupError:
+            kill_group(proc)
+            proc.wait()
             os.close(status_r)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+            raise
+    return proc, status_r, early
+
+
+def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
+           with_status: bool = False) -> tuple[SandboxRun, list[dict[str, Any]]]:
+    """One run of ``code`` in the jail (in a cgroup of its own when the plan has one); the status
+    documents are read only when ``with_status``."""
+    start = time.monotonic()
+    call_cg = CallCgroup(plan.cgroup) if plan.cgroup is not None else None
+    limit_hit = None
+    try:
+        if call_cg is not None:
+            call_cg.create()
+        proc, status_r, early = _start(plan, limits, code, config, with_status, call_cg)
+        try:
+            deadline = start + limits.wall_seconds
+            out, err, out_cut, err_cut, timed_out = read_bounded(proc, deadline, limits.capture_bytes)
+            if not timed_out and not wait_exited(proc, deadline):
+                timed_out = True
+            kill_group(proc)  # on timeout; otherwise a no-op (the pid namespace is already gone)
+            returncode = proc.wait()
+            status = read_status(status_r, early) if with_status and status_r is not None else []
+        finally:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+            if status_r is not None:
+                os.close(status_r)
+        limit_hit = call_cg.limit_hit() if call_cg is not None else None
+    except CgroupError as exc:
+        run = SandboxRun(stdout="", stderr="", returncode=-1, timed_out=False, stdout_truncated=False,
+                         stderr_truncated=False, duration_ms=int((time.monotonic() - start) * 1000), jail_error=str(exc))
+        return run, []
+    finally:
+        if call_cg is not None:
+            call_cg.remove()
     started = READY in err
     err = err.replace(READY, b"", 1)
     jail_error = None
@@ -250,7 +216,7 @@ def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
     run = SandboxRun(
         stdout=out.decode("utf-8", errors="replace"), stderr=err.decode("utf-8", errors="replace"),
         returncode=returncode, timed_out=timed_out, stdout_truncated=out_cut, stderr_truncated=err_cut,
-        duration_ms=int((time.monotonic() - start) * 1000), jail_error=jail_error,
+        duration_ms=int((time.monotonic() - start) * 1000), jail_error=jail_error, limit_hit=limit_hit,
     )
     return run, status
 
@@ -259,7 +225,7 @@ def _probe_report(plan: JailPlan, limits: SandboxSettings, mode: bool | str) -> 
     """One probe run through the jail: its JSON report and bwrap's status documents."""
     run, status = _spawn(plan, limits, "", child_config(limits, probe=mode), with_status=True)
     if run.returncode != 0 or run.timed_out:
-        raise SandboxUnavailableError(explain_bwrap_failure(run.stderr or f"exit status {run.returncode}"))
+        raise SandboxUnavailableError(run.jail_error or explain_bwrap_failure(run.stderr or f"exit status {run.returncode}"))
     try:
         report = json.loads(run.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError) as exc:
@@ -286,14 +252,32 @@ def verify_jail(plan: JailPlan, limits: SandboxSettings) -> dict[str, Any]:
     return {**report, "new_userns_blocked": True, "userns_errno": userns["userns_errno"]}
 
 
+def _verify_with_cgroup(plan: JailPlan, limits: SandboxSettings) -> tuple[JailPlan, dict[str, Any], str | None]:
+    """Verify the jail, in a per-call cgroup where one is delegated (the probe runs inside one). Returns
+    the plan to use, the probe's report and why no cgroup is used (None when one is)."""
+    cgroup = plan_cgroup(limits)
+    if isinstance(cgroup, str) and limits.cgroup_parent is not None:  # asked for explicitly: fail closed
+        raise SandboxUnavailableError(f"[tools.sandbox] cgroup_parent is set but unusable: {cgroup}")
+    if isinstance(cgroup, str):
+        return plan, verify_jail(plan, limits), cgroup
+    try:
+        with_cgroup = dataclasses.replace(plan, cgroup=cgroup)
+        return with_cgroup, verify_jail(with_cgroup, limits), None
+    except SandboxUnavailableError as exc:
+        reason = f"the per-call cgroup under {cgroup.parent} did not work ({exc})"
+    if limits.cgroup_parent is not None:  # asked for explicitly: fail closed
+        raise SandboxUnavailableError(f"[tools.sandbox] cgroup_parent: {reason}")
+    return plan, verify_jail(plan, limits), reason
+
+
 def prepare_jail(limits: SandboxSettings) -> JailPlan:
     """Plan the jail, verify it once, and state which limits hold for the whole call (the tool refuses to
     build when this raises: a missing isolation, or a per-process limit under ``require_call_limits``)."""
-    plan = plan_jail(limits)
-    report = verify_jail(plan, limits)
-    announce_limits(limit_scopes(limits), limits)
-    log.info("python sandbox: bubblewrap jail verified (uid %d, %s python %s, seccomp on, %d MiB disk)",
-             plan.uid, plan.python, report.get("python"), limits.disk_mb)
+    plan, report, no_cgroup = _verify_with_cgroup(plan_jail(limits), limits)
+    cgroup_parent = str(plan.cgroup.parent) if plan.cgroup is not None else None
+    announce_limits(limit_scopes(limits, cgroup_parent), limits, no_cgroup)
+    log.info("python sandbox: bubblewrap jail verified (uid %d, %s python %s, seccomp on, %d MiB disk, cgroup %s)",
+             plan.uid, plan.python, report.get("python"), limits.disk_mb, cgroup_parent or "none")
     return plan
 
 

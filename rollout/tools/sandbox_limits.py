@@ -46,28 +46,41 @@ class LimitScope:
         return f"{self.name}: {self.setting} ({self.how})"
 
 
-def limit_scopes(settings: SandboxSettings) -> tuple[LimitScope, ...]:
-    """Where each limit of ``settings`` holds (a pure function of the settings the jail was verified with)."""
+def limit_scopes(settings: SandboxSettings, cgroup: str | None = None) -> tuple[LimitScope, ...]:
+    """Where each limit of ``settings`` holds; ``cgroup`` is the per-call cgroup's parent when one is used.
+    (A pure function of the settings the jail was verified with.)"""
     one = not settings.allow_fork
     per: Scope = "call" if one else "process"
     why = "one process: seccomp denies fork" if one else "per process: allow_fork lets each child start afresh"
+    if cgroup is not None:
+        cg = f"the call's cgroup under {cgroup}"
+        memory = LimitScope("memory", f"memory_mb={settings.memory_mb}", "call",
+                            f"memory.max of {cg}, with the tmpfs's pages and inodes; RLIMIT_AS per process")
+        cpu = LimitScope("cpu", f"cpu_seconds={settings.cpu_seconds}", "call",
+                         f"RLIMIT_CPU; {why}" if one else f"cpu.max of {cg} over the wall clock; RLIMIT_CPU per process")
+        inodes = LimitScope("disk inodes", f"disk_mb={settings.disk_mb}", "call", f"their memory counts in {cg}")
+        procs = f"pids.max of {cg} and RLIMIT_NPROC"
+    else:
+        memory = LimitScope("memory", f"memory_mb={settings.memory_mb}", per, f"RLIMIT_AS; {why}")
+        cpu = LimitScope("cpu", f"cpu_seconds={settings.cpu_seconds}", per, f"RLIMIT_CPU; {why}")
+        inodes = LimitScope("disk inodes", "none", "none",
+                            "bwrap cannot cap the tmpfs's inodes; each file costs kernel memory that only a cgroup counts")
+        procs = "RLIMIT_NPROC in the call's own user namespace"
     return (
-        LimitScope("memory", f"memory_mb={settings.memory_mb}", per, f"RLIMIT_AS; {why}"),
-        LimitScope("cpu", f"cpu_seconds={settings.cpu_seconds}", per, f"RLIMIT_CPU; {why}"),
+        memory, cpu,
         LimitScope("open files", f"max_open_files={settings.max_open_files}", per, f"RLIMIT_NOFILE; {why}"),
-        LimitScope("processes and threads", f"max_processes={settings.max_processes}", "call",
-                   "RLIMIT_NPROC in the call's own user namespace"),
+        LimitScope("processes and threads", f"max_processes={settings.max_processes}", "call", procs),
         LimitScope("disk bytes", f"disk_mb={settings.disk_mb}", "call", "size of the call's tmpfs"),
-        LimitScope("disk inodes", "none", "none",
-                   "bwrap cannot cap the tmpfs's inodes; each file costs kernel memory that only a cgroup counts"),
+        inodes,
         LimitScope("memfd, SysV IPC, POSIX mqueue", "denied", "call", "seccomp"),
         LimitScope("wall clock", f"wall_seconds={settings.wall_seconds:g}", "call",
                    "the worker kills the jail's process group; the pid namespace takes every process"),
     )
 
 
-def announce_limits(scopes: tuple[LimitScope, ...], settings: SandboxSettings) -> None:
-    """Say which limits are not the call's: a WARNING, or SandboxUnavailableError under ``require_call_limits``."""
+def announce_limits(scopes: tuple[LimitScope, ...], settings: SandboxSettings, no_cgroup: str | None = None) -> None:
+    """Say which limits are not the call's: a WARNING, or SandboxUnavailableError under ``require_call_limits``.
+    ``no_cgroup`` is why no per-call cgroup is used (None when one is)."""
     per_process = [s for s in scopes if s.scope == "process"]
     unbounded = [s for s in scopes if s.scope == "none"]
     if not per_process and not unbounded:
@@ -79,9 +92,11 @@ def announce_limits(scopes: tuple[LimitScope, ...], settings: SandboxSettings) -
                      + "; ".join(s.describe() for s in per_process))
     if unbounded:
         parts.append("NOT BOUNDED: " + "; ".join(s.describe() for s in unbounded))
+    if no_cgroup is not None:
+        parts.append(f"No per-call cgroup: {no_cgroup}")
     text = "python sandbox limits: " + ". ".join(parts)
     if settings.require_call_limits:
         raise SandboxUnavailableError(
             f"{text}. [tools.sandbox] require_call_limits is set, so the tool refuses to start; unset allow_fork "
-            "for one process per call (the tmpfs's inodes need a per-call cgroup)")
+            "for one process per call; the tmpfs's inodes need a per-call cgroup (cgroup_parent)")
     log.warning("%s", text)

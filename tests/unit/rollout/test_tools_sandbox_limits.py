@@ -4,10 +4,15 @@ a broken jail use a real bwrap behind a small wrapper script that removes one pi
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 import shutil
 import tempfile
+import threading
+import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +20,16 @@ import pytest
 
 from streamgrpo.rollout.tools.config import SandboxSettings
 from streamgrpo.rollout.tools.errors import SandboxUnavailableError
-from streamgrpo.rollout.tools.python_sandbox import PythonSandbox, run_sandboxed
+from streamgrpo.rollout.tools.jail import plan_jail
+from streamgrpo.rollout.tools.python_sandbox import PythonSandbox, run_sandboxed, verify_jail
+from streamgrpo.rollout.tools.sandbox_cgroup import (
+    OVERHEAD_MB,
+    CgroupPlan,
+    cgroup2_mount,
+    cgroup_values,
+    own_cgroup,
+    plan_cgroup,
+)
 from streamgrpo.rollout.tools.sandbox_limits import limit_scopes
 
 JAIL_ONLY = {"audit_hook": False}  # the jail alone must hold (the project's criterion)
@@ -118,3 +132,104 @@ def test_limit_scopes_follow_the_fork_setting() -> None:
     assert one["memory"] == one["cpu"] == one["open files"] == "call"
     assert many["memory"] == many["cpu"] == many["open files"] == "process"
     assert one["processes and threads"] == one["disk bytes"] == "call" and one["disk inodes"] == "none"
+
+
+# --- the per-call cgroup v2 (detected at start; this host has none delegated, see sandbox_cgroup) ---
+
+
+def test_the_start_warning_says_why_no_cgroup_bounds_the_call(caplog: pytest.LogCaptureFixture) -> None:
+    found = plan_cgroup(SandboxSettings())
+    with caplog.at_level(logging.INFO, logger="streamgrpo.rollout.tools"):
+        PythonSandbox(SandboxSettings())
+    text = " ".join(r.getMessage() for r in caplog.records)
+    if isinstance(found, str):  # this host: memory and pids live on cgroup v1, or nothing is writable
+        assert f"No per-call cgroup: {found}" in text and "NOT BOUNDED: disk inodes" in text
+    else:
+        assert f"cgroup {found.parent}" in text and "NOT BOUNDED" not in text
+
+
+def test_a_cgroup_parent_that_is_not_a_cgroup_fails_closed(wrapper_dir: Path) -> None:
+    with pytest.raises(SandboxUnavailableError, match=r"cgroup_parent is set but unusable: .* is not a cgroup v2 dir"):
+        PythonSandbox(SandboxSettings(cgroup_parent=wrapper_dir))
+
+
+def test_cgroup_off_is_said_and_kept() -> None:
+    assert plan_cgroup(SandboxSettings(cgroup="off")) == 'switched off ([tools.sandbox] cgroup = "off")'
+
+
+def test_each_calls_cgroup_bounds_memory_files_processes_and_cpu_of_forks() -> None:
+    mib = 1024 * 1024
+    one = dict(cgroup_values(SandboxSettings(memory_mb=256, disk_mb=8, max_processes=16)))
+    assert one == {"memory.max": str((256 + 8 + OVERHEAD_MB) * mib), "memory.swap.max": "0",
+                   "memory.oom.group": "1", "pids.max": "17"}  # no cpu.max: RLIMIT_CPU is the one process's
+    forks = dict(cgroup_values(SandboxSettings(allow_fork=True, cpu_seconds=5, wall_seconds=10)))
+    assert forks["cpu.max"] == "50000 100000"  # 0.5 CPU for at most 10 s: at most 5 CPU-seconds in all
+    scopes = {s.name: s.scope for s in limit_scopes(SandboxSettings(allow_fork=True), "/sys/fs/cgroup/x")}
+    assert scopes["memory"] == scopes["cpu"] == scopes["disk inodes"] == "call"
+    assert scopes["open files"] == "process"  # no cgroup controller counts descriptors
+
+
+def test_the_cgroup_v2_mount_and_own_cgroup_are_read_from_proc_text() -> None:
+    mountinfo = ("25 30 0:22 / /sys rw,nosuid - sysfs sysfs rw\n"
+                 "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
+    assert cgroup2_mount(mountinfo) == Path("/sys/fs/cgroup/unified")
+    assert cgroup2_mount("25 30 0:22 / /sys rw - sysfs sysfs rw\n") is None
+    assert own_cgroup("4:memory:/x\n0::/system.slice/w.service\n") == "/system.slice/w.service"
+    assert own_cgroup("4:memory:/x\n") is None
+
+
+@pytest.fixture
+def writable_cgroup2() -> Iterator[Path]:
+    """An empty cgroup v2 directory of ours, even one without the memory/pids controllers: enough to run
+    the per-call placement for real (mkdir, --block-fd, cgroup.procs, cgroup.kill, rmdir)."""
+    try:
+        mount = cgroup2_mount(Path("/proc/self/mountinfo").read_text())
+        own = own_cgroup(Path("/proc/self/cgroup").read_text())
+    except OSError as exc:
+        pytest.skip(f"/proc unreadable: {exc}")
+    if mount is None or own is None or not os.access(mount / own.lstrip("/"), os.W_OK):
+        warnings.warn("sandbox cgroup placement test skipped: no writable cgroup v2 here", stacklevel=2)
+        pytest.skip("no writable cgroup v2 here")
+    parent = mount / own.lstrip("/") / f"streamgrpo-test-{os.getpid()}"
+    parent.mkdir()
+    yield parent
+    for child in parent.iterdir():
+        if child.is_dir():
+            child.rmdir()
+    parent.rmdir()
+
+
+def test_every_process_of_a_call_is_born_in_the_calls_cgroup(writable_cgroup2: Path) -> None:
+    settings = SandboxSettings(**JAIL_ONLY)
+    plan = dataclasses.replace(plan_jail(settings), cgroup=CgroupPlan(parent=writable_cgroup2, values=()))
+    verify_jail(plan, settings)  # the probes run through the cgroup too
+    seen: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for call in (d for d in writable_cgroup2.iterdir() if d.is_dir()):
+                with contextlib.suppress(OSError):
+                    seen.append(len((call / "cgroup.procs").read_text().split()))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        run = run_sandboxed("import time\nprint('in')\ntime.sleep(1)\n", settings, plan)
+    finally:
+        done.set()
+        watcher.join()
+    assert run.returncode == 0 and run.stdout == "in\n", run
+    assert max(seen, default=0) == 3  # bwrap, the jail's init and the program: nothing left outside
+    assert [d for d in writable_cgroup2.iterdir() if d.is_dir()] == []  # removed after the call
+
+
+def test_a_call_whose_cgroup_cannot_be_made_does_not_run(writable_cgroup2: Path) -> None:
+    settings = SandboxSettings(**JAIL_ONLY)
+    bad = CgroupPlan(parent=writable_cgroup2, values=(("no-such-controller.max", "1"),))
+    plan = dataclasses.replace(plan_jail(settings), cgroup=bad)
+    run = run_sandboxed("print('ran' + ' anyway')\n", settings, plan)
+    assert run.jail_error is not None and "cannot set up the call's cgroup" in run.jail_error
+    assert "ran anyway" not in run.stdout
+    assert [d for d in writable_cgroup2.iterdir() if d.is_dir()] == []
