@@ -55,6 +55,12 @@ class SandboxSettings(StrictModel):
         default=64, ge=1, le=16384,
         description="Total disk quota: size of the tmpfs mounted at /tmp, the only writable place in the jail.",
     )
+    max_files: int = Field(
+        default=10_000, ge=16, le=1_000_000,
+        description="Files and directories the program may have in /tmp at once (the tmpfs's inodes: each costs "
+        "about 1 KiB of kernel memory that no rlimit counts, and bwrap cannot cap them). Counted from outside every "
+        "50 ms; a call over it is killed.",
+    )
     run_as_uid: int = Field(
         default=65534, ge=1,
         description="uid and gid the sandbox runs as when the worker runs as root (a non-root worker's sandbox runs "

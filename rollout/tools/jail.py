@@ -31,8 +31,9 @@ SysV IPC, mq_open refused), the tmpfs's size, the rlimits, and, in a second run 
 cannot tell whether ``--disable-userns`` took effect); from outside, that each namespace differs.
 
 What is NOT covered: kernel vulnerabilities reachable through the allowed syscalls; the tmpfs's
-inode count (bwrap sets only its size) and other kernel memory no rlimit counts; which limits hold
-for the whole call and which per process is in :mod:`.sandbox_limits`; side channels. The pod/host
+inode count (bwrap sets only its size: the worker counts the files from outside, see
+:mod:`.sandbox_limits`, which also says which limits hold for the whole call and which per
+process); side channels. The pod/host
 requirements are listed in :data:`GRANT_HINT`.
 """
 

@@ -18,6 +18,9 @@ Every call:
 - reads stdout/stderr with a byte bound (the rest is drained and dropped) until the wall-clock
   deadline, then kills bwrap's process group; bwrap's ``--die-with-parent`` and the pid namespace
   take every process of the jail with it.
+- learns the jail's pid from ``--json-status-fd`` and counts the files of its /tmp from outside every
+  50 ms (``max_files``; :class:`~.sandbox_io.FileWatch`); with a per-call cgroup
+  (:mod:`.sandbox_cgroup`) the jail is held (``--block-fd``) until it is inside it.
 
 Inside, before the code runs (see ``_sandbox_child.py``): kernel limits (RLIMIT_CPU, RLIMIT_AS,
 RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_NPROC, RLIMIT_CORE=0) and, as defence in depth only, a PEP 578
@@ -29,7 +32,7 @@ too: the jail alone must hold.
 Which limits hold for the whole call and which only per process is decided and announced once at
 start by :mod:`.sandbox_limits` (a WARNING, or a refusal under ``require_call_limits``).
 
-What is NOT covered: see :mod:`.jail` (kernel bugs in allowed syscalls, tmpfs inodes).
+What is NOT covered: see :mod:`.jail` (kernel bugs in allowed syscalls, side channels).
 """
 
 from __future__ import annotations
@@ -64,7 +67,14 @@ from streamgrpo.rollout.tools.jail import (
     popen_identity,
 )
 from streamgrpo.rollout.tools.sandbox_cgroup import CallCgroup, CgroupError, plan_cgroup
-from streamgrpo.rollout.tools.sandbox_io import kill_group, read_bounded, read_status, wait_exited
+from streamgrpo.rollout.tools.sandbox_io import (
+    FileWatch,
+    kill_group,
+    read_bounded,
+    read_status,
+    wait_child_pid,
+    wait_exited,
+)
 from streamgrpo.rollout.tools.sandbox_limits import announce_limits, limit_scopes
 from streamgrpo.rollout.tools.seccomp import build_program
 
@@ -89,7 +99,7 @@ class SandboxRun:
     stderr_truncated: bool
     duration_ms: int
     jail_error: str | None = None
-    limit_hit: str | None = None  # "memory" / "processes": the call's cgroup reported it
+    limit_hit: str | None = None  # "files": the file watch killed it; "memory" / "processes": the cgroup says so
 
 
     def error(self, limits: SandboxSettings) -> str | None:
@@ -98,6 +108,8 @@ class SandboxRun:
             return f"the sandbox could not start, the program did not run: {self.jail_error}"
         if self.timed_out:
             return f"killed: wall-clock limit of {limits.wall_seconds:g}s exceeded"
+        if self.limit_hit == "files":
+            return f"killed: more than {limits.max_files} files in /tmp (max_files)"
         if self.limit_hit == "memory":
             return f"killed: memory limit of {limits.memory_mb} MiB (plus {limits.disk_mb} MiB of files) exceeded"
         if self.returncode == 0:
@@ -137,13 +149,19 @@ def _memfds(contents: list[tuple[str, bytes]]) -> list[int]:
                 os.close(fd)
 
 
-def _start(plan: JailPlan, limits: SandboxSettings, code: str, config: str, with_status: bool,
-           call_cg: CallCgroup | None) -> tuple[subprocess.Popen[bytes], int | None, bytes]:
-    """Start bwrap; with a cgroup, hold the jail until its processes are in it. Returns the process,
-    the status pipe's read end (or None) and the status bytes already read."""
+@dataclass(frozen=True)
+class _Started:
+    proc: subprocess.Popen[bytes]
+    status_r: int
+    child: int | None  # the jail's pid 1 (host pid), from bwrap's status
+    early: bytes  # status bytes already read
+
+
+def _start(plan: JailPlan, limits: SandboxSettings, code: str, config: str, call_cg: CallCgroup | None) -> _Started:
+    """Start bwrap and learn its jail's pid; with a cgroup, hold the jail until its processes are in it."""
     opened = _memfds([("sbx-bootstrap", CHILD_SCRIPT.read_bytes()), ("sbx-code", code.encode("utf-8")),
                       ("sbx-seccomp", plan.seccomp)])
-    status_r, status_w = os.pipe() if with_status or call_cg else (None, None)
+    status_r, status_w = os.pipe()
     block_r, block_w = os.pipe() if call_cg else (None, None)
     fds = JailFds(bootstrap=opened[0], code=opened[1], seccomp=opened[2], status=status_w, block=block_r)
     try:
@@ -158,49 +176,51 @@ def _start(plan: JailPlan, limits: SandboxSettings, code: str, config: str, with
                 os.close(fd)
         raise
     finally:
-        for fd in [*opened, *(fd for fd in (status_w, block_r) if fd is not None)]:
+        for fd in [*opened, status_w, *([block_r] if block_r is not None else [])]:
             os.close(fd)
-    early = b""
-    if call_cg is not None and status_r is not None and block_w is not None:
-        try:
-            early = call_cg.enter(proc.pid, status_r, block_w, time.monotonic() + limits.wall_seconds)
-        except CgroupError:
-            kill_group(proc)
-            proc.wait()
-            os.close(status_r)
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-            raise
-    return proc, status_r, early
+    deadline = time.monotonic() + limits.wall_seconds
+    try:
+        if call_cg is not None and block_w is not None:
+            child, early = call_cg.enter(proc.pid, status_r, block_w, deadline)
+        else:
+            child, early = wait_child_pid(status_r, deadline)
+    except CgroupError:
+        kill_group(proc)
+        proc.wait()
+        os.close(status_r)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        raise
+    return _Started(proc, status_r, child, early)
 
 
 def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
            with_status: bool = False) -> tuple[SandboxRun, list[dict[str, Any]]]:
-    """One run of ``code`` in the jail (in a cgroup of its own when the plan has one); the status
-    documents are read only when ``with_status``."""
+    """One run of ``code`` in the jail (in a cgroup of its own when the plan has one, its files counted
+    from outside); the status documents are read only when ``with_status``."""
     start = time.monotonic()
     call_cg = CallCgroup(plan.cgroup) if plan.cgroup is not None else None
-    limit_hit = None
     try:
         if call_cg is not None:
             call_cg.create()
-        proc, status_r, early = _start(plan, limits, code, config, with_status, call_cg)
+        st = _start(plan, limits, code, config, call_cg)
+        proc, watch = st.proc, None
+        if st.child is not None:
+            watch = FileWatch(st.child, WORKDIR, limits.disk_mb * 1024 * 1024, limits.max_files)
         try:
             deadline = start + limits.wall_seconds
-            out, err, out_cut, err_cut, timed_out = read_bounded(proc, deadline, limits.capture_bytes)
-            if not timed_out and not wait_exited(proc, deadline):
-                timed_out = True
+            pipes = read_bounded(proc, deadline, limits.capture_bytes, watch)
+            timed_out = pipes.timed_out or (pipes.killed_for is None and not wait_exited(proc, deadline))
             kill_group(proc)  # on timeout; otherwise a no-op (the pid namespace is already gone)
             returncode = proc.wait()
-            status = read_status(status_r, early) if with_status and status_r is not None else []
+            status = read_status(st.status_r, st.early) if with_status else []
         finally:
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
-            if status_r is not None:
-                os.close(status_r)
-        limit_hit = call_cg.limit_hit() if call_cg is not None else None
+            os.close(st.status_r)
+        limit_hit = pipes.killed_for or (call_cg.limit_hit() if call_cg is not None else None)
     except CgroupError as exc:
         run = SandboxRun(stdout="", stderr="", returncode=-1, timed_out=False, stdout_truncated=False,
                          stderr_truncated=False, duration_ms=int((time.monotonic() - start) * 1000), jail_error=str(exc))
@@ -208,14 +228,13 @@ def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
     finally:
         if call_cg is not None:
             call_cg.remove()
-    started = READY in err
-    err = err.replace(READY, b"", 1)
+    err = pipes.err.replace(READY, b"", 1)
     jail_error = None
-    if (not started and not timed_out) or returncode == EXIT_UNSAFE:
+    if (READY not in pipes.err and not timed_out and limit_hit is None) or returncode == EXIT_UNSAFE:
         jail_error = explain_bwrap_failure(err.decode("utf-8", "replace"))
     run = SandboxRun(
-        stdout=out.decode("utf-8", errors="replace"), stderr=err.decode("utf-8", errors="replace"),
-        returncode=returncode, timed_out=timed_out, stdout_truncated=out_cut, stderr_truncated=err_cut,
+        stdout=pipes.out.decode("utf-8", errors="replace"), stderr=err.decode("utf-8", errors="replace"),
+        returncode=returncode, timed_out=timed_out, stdout_truncated=pipes.out_cut, stderr_truncated=pipes.err_cut,
         duration_ms=int((time.monotonic() - start) * 1000), jail_error=jail_error, limit_hit=limit_hit,
     )
     return run, status
@@ -270,12 +289,26 @@ def _verify_with_cgroup(plan: JailPlan, limits: SandboxSettings) -> tuple[JailPl
     return plan, verify_jail(plan, limits), reason
 
 
+def _file_watch_works(plan: JailPlan, limits: SandboxSettings) -> str | None:
+    """None when a program making 64 files under ``max_files=16`` is killed for it; else why not."""
+    trial = limits.model_copy(update={"max_files": 16, "wall_seconds": max(limits.wall_seconds, 30.0)})
+    code = "for i in range(64):\n    open('/tmp/w%d' % i, 'w').close()\nimport time\ntime.sleep(5)\n"
+    run, _ = _spawn(plan, trial, code, child_config(trial))
+    if run.limit_hit == "files":
+        return None
+    return (f"the worker cannot count the jail's files through /proc/<pid>/root ({run.error(trial) or 'not killed'}; "
+            "needs a /proc where the worker may read its own children's roots)")
+
+
 def prepare_jail(limits: SandboxSettings) -> JailPlan:
     """Plan the jail, verify it once, and state which limits hold for the whole call (the tool refuses to
     build when this raises: a missing isolation, or a per-process limit under ``require_call_limits``)."""
     plan, report, no_cgroup = _verify_with_cgroup(plan_jail(limits), limits)
     cgroup_parent = str(plan.cgroup.parent) if plan.cgroup is not None else None
-    announce_limits(limit_scopes(limits, cgroup_parent), limits, no_cgroup)
+    unwatched = _file_watch_works(plan, limits)
+    if unwatched is not None:
+        log.warning("python sandbox: %s", unwatched)
+    announce_limits(limit_scopes(limits, cgroup_parent, files_watched=unwatched is None), limits, no_cgroup)
     log.info("python sandbox: bubblewrap jail verified (uid %d, %s python %s, seccomp on, %d MiB disk, cgroup %s)",
              plan.uid, plan.python, report.get("python"), limits.disk_mb, cgroup_parent or "none")
     return plan

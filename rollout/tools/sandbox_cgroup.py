@@ -31,10 +31,8 @@ pids controllers on cgroup v1 only, so only the detection and the values are tes
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import select
 import signal
 import time
 import uuid
@@ -43,6 +41,7 @@ from pathlib import Path
 
 from streamgrpo.rollout.tools.config import SandboxSettings
 from streamgrpo.rollout.tools.errors import ToolError
+from streamgrpo.rollout.tools.sandbox_io import wait_child_pid
 
 log = logging.getLogger(__name__)
 
@@ -139,25 +138,6 @@ def plan_cgroup(settings: SandboxSettings) -> CgroupPlan | str:
     return CgroupPlan(parent=parent, values=cgroup_values(settings))
 
 
-def _wait_child_pid(status_fd: int, deadline: float) -> tuple[int | None, bytes]:
-    """Read bwrap's --json-status-fd until its first document (which has ``child-pid``); the bytes read."""
-    data = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([status_fd], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            break
-        chunk = os.read(status_fd, 65536)
-        if not chunk:
-            break
-        data += chunk
-        try:
-            doc, _ = json.JSONDecoder().raw_decode(data.decode("utf-8", "replace").lstrip())
-        except ValueError:
-            continue
-        return (int(doc["child-pid"]) if isinstance(doc, dict) and "child-pid" in doc else None), data
-    return None, data
-
-
 def _kill(*pids: int) -> None:
     """SIGKILL bwrap (its child dies with it: --die-with-parent) and the child itself."""
     for pid in pids:
@@ -185,15 +165,15 @@ class CallCgroup:
             self.remove()
             raise CgroupError(f"cannot set up the call's cgroup {self.path}: {exc}") from exc
 
-    def enter(self, bwrap_pid: int, status_fd: int, release_fd: int, deadline: float) -> bytes:
+    def enter(self, bwrap_pid: int, status_fd: int, release_fd: int, deadline: float) -> tuple[int | None, bytes]:
         """Move bwrap and its blocked child into the cgroup, check, then release the child. Returns the
-        status bytes read (the caller parses them with the rest). On any failure the jail is killed
+        child's pid and the status bytes read (the caller parses them with the rest). On any failure the jail is killed
         BEFORE the release descriptor closes (EOF would release it too): the program never runs outside."""
-        child, data = _wait_child_pid(status_fd, deadline)
+        child, data = wait_child_pid(status_fd, deadline)
         try:
             if child is None:  # bwrap failed before its child (the caller reports bwrap's error) or is stuck
                 _kill(bwrap_pid)
-                return data
+                return None, data
             try:
                 for pid in (bwrap_pid, child):
                     (self.path / "cgroup.procs").write_text(str(pid))
@@ -205,7 +185,7 @@ class CallCgroup:
                 _kill(bwrap_pid, child)
                 raise CgroupError(f"the jail's processes {bwrap_pid}, {child} are not in {self.path} ({sorted(inside)})")
             os.write(release_fd, b"x")
-            return data
+            return child, data
         finally:
             os.close(release_fd)
 

@@ -8,9 +8,11 @@ A call is every process the program starts. The jail bounds it with:
   rlimit counts, are denied;
 - **the user namespace**: RLIMIT_NPROC (``max_processes``) counts the sandbox uid's tasks in the
   call's own, fresh user namespace, so it is the call's;
-- **the tmpfs** at /tmp: its size is ``disk_mb`` for the call. Its inode count is not bounded: bwrap
-  sets only ``size=``, and every file costs about 1 KiB of kernel memory (300k files of 0 bytes fit
-  in a 1 MiB quota). Only a cgroup's memory.max would count them.
+- **the tmpfs** at /tmp: its size is ``disk_mb`` for the call. bwrap sets only ``size=``, not
+  ``nr_inodes``, and every file costs about 1 KiB of kernel memory (300k empty files fit in a 1 MiB
+  quota), so the worker counts them from outside (``/proc/<jail pid>/root/tmp``, every 50 ms) and
+  kills the call over ``max_files``: a program can overshoot by what it creates in 50 ms. Checked
+  at start; where the worker cannot see the jail's /tmp, only a cgroup's memory.max counts them.
 
 :func:`limit_scopes` says, for the settings given, where each limit holds; :func:`announce_limits`
 states it once when the tool is built: a WARNING naming each limit that is not the call's, or, with
@@ -46,9 +48,24 @@ class LimitScope:
         return f"{self.name}: {self.setting} ({self.how})"
 
 
-def limit_scopes(settings: SandboxSettings, cgroup: str | None = None) -> tuple[LimitScope, ...]:
-    """Where each limit of ``settings`` holds; ``cgroup`` is the per-call cgroup's parent when one is used.
-    (A pure function of the settings the jail was verified with.)"""
+def _inodes(settings: SandboxSettings, cgroup: str | None, files_watched: bool) -> LimitScope:
+    if files_watched:
+        also = f"; their memory also counts in the call's cgroup under {cgroup}" if cgroup else ""
+        return LimitScope("disk inodes", f"max_files={settings.max_files}", "call",
+                          f"counted from outside every 50 ms, the call killed over it{also}")
+    if cgroup is not None:
+        return LimitScope("disk inodes", f"disk_mb={settings.disk_mb}", "call",
+                          f"their memory counts in the call's cgroup under {cgroup}")
+    return LimitScope("disk inodes", "none", "none",
+                      "bwrap cannot cap the tmpfs's inodes, the worker cannot see the jail's /tmp to count them, and "
+                      "no cgroup counts their kernel memory")
+
+
+def limit_scopes(settings: SandboxSettings, cgroup: str | None = None,
+                 files_watched: bool = False) -> tuple[LimitScope, ...]:
+    """Where each limit of ``settings`` holds; ``cgroup`` is the per-call cgroup's parent when one is used,
+    ``files_watched`` whether the worker can count the jail's files. (A pure function of what the start-up
+    checks found.)"""
     one = not settings.allow_fork
     per: Scope = "call" if one else "process"
     why = "one process: seccomp denies fork" if one else "per process: allow_fork lets each child start afresh"
@@ -58,20 +75,17 @@ def limit_scopes(settings: SandboxSettings, cgroup: str | None = None) -> tuple[
                             f"memory.max of {cg}, with the tmpfs's pages and inodes; RLIMIT_AS per process")
         cpu = LimitScope("cpu", f"cpu_seconds={settings.cpu_seconds}", "call",
                          f"RLIMIT_CPU; {why}" if one else f"cpu.max of {cg} over the wall clock; RLIMIT_CPU per process")
-        inodes = LimitScope("disk inodes", f"disk_mb={settings.disk_mb}", "call", f"their memory counts in {cg}")
         procs = f"pids.max of {cg} and RLIMIT_NPROC"
     else:
         memory = LimitScope("memory", f"memory_mb={settings.memory_mb}", per, f"RLIMIT_AS; {why}")
         cpu = LimitScope("cpu", f"cpu_seconds={settings.cpu_seconds}", per, f"RLIMIT_CPU; {why}")
-        inodes = LimitScope("disk inodes", "none", "none",
-                            "bwrap cannot cap the tmpfs's inodes; each file costs kernel memory that only a cgroup counts")
         procs = "RLIMIT_NPROC in the call's own user namespace"
     return (
         memory, cpu,
         LimitScope("open files", f"max_open_files={settings.max_open_files}", per, f"RLIMIT_NOFILE; {why}"),
         LimitScope("processes and threads", f"max_processes={settings.max_processes}", "call", procs),
         LimitScope("disk bytes", f"disk_mb={settings.disk_mb}", "call", "size of the call's tmpfs"),
-        inodes,
+        _inodes(settings, cgroup, files_watched),
         LimitScope("memfd, SysV IPC, POSIX mqueue", "denied", "call", "seccomp"),
         LimitScope("wall clock", f"wall_seconds={settings.wall_seconds:g}", "call",
                    "the worker kills the jail's process group; the pid namespace takes every process"),
@@ -84,7 +98,8 @@ def announce_limits(scopes: tuple[LimitScope, ...], settings: SandboxSettings, n
     per_process = [s for s in scopes if s.scope == "process"]
     unbounded = [s for s in scopes if s.scope == "none"]
     if not per_process and not unbounded:
-        log.info("python sandbox: every limit holds for the whole call")
+        log.info("python sandbox: every limit holds for the whole call%s",
+                 f" (no per-call cgroup: {no_cgroup})" if no_cgroup else "")
         return
     parts = []
     if per_process:
@@ -98,5 +113,5 @@ def announce_limits(scopes: tuple[LimitScope, ...], settings: SandboxSettings, n
     if settings.require_call_limits:
         raise SandboxUnavailableError(
             f"{text}. [tools.sandbox] require_call_limits is set, so the tool refuses to start; unset allow_fork "
-            "for one process per call; the tmpfs's inodes need a per-call cgroup (cgroup_parent)")
+            "for one process per call, or give each call a cgroup (cgroup_parent)")
     log.warning("%s", text)
