@@ -227,6 +227,18 @@ ATTACKS: dict[str, Attack] = {
         "    except OSError as e:\n        print('no', p, e)\n"
         "try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    print('ESCAPED TIOCSTI')\nexcept OSError as e:\n    print('no TIOCSTI', e)\n"
         "print('DONE')\n"),
+    # 29. Memory no rlimit counts (issue 24: +192 MB of memfd pages, +384 MB of SysV shm).
+    "memory_outside_rlimits": Attack(
+        LIBC + "import os\ntry:\n    fd = os.memfd_create('m')\n    os.ftruncate(fd, 1 << 20)\n    print('ESCAPED memfd')\n"
+        "except OSError as e:\n    print('no memfd', e)\n"
+        "for name, call in [('shmget', lambda: libc.shmget(0, 1 << 20, 0o1600)), ('msgget', lambda: libc.msgget(0, 0o1600)),"
+        " ('mq_open', lambda: libc.mq_open(b'/q', os.O_CREAT | os.O_RDWR, 0o600, None))]:\n"
+        "    print('ESCAPED', name) if call() >= 0 else print('no', name, ctypes.get_errno())\nprint('DONE')\n"),
+    # 30. AF_VSOCK shares the host's port space (issue 24); other families the jail has no use for.
+    "vsock_and_other_families": Attack(
+        "import socket\nfor fam, kind in [(40, socket.SOCK_STREAM), (40, socket.SOCK_DGRAM), (38, socket.SOCK_SEQPACKET),"
+        " (16, socket.SOCK_RAW)]:\n    try:\n        socket.socket(fam, kind, 9 if fam == 16 else 0)\n"
+        "        print('ESCAPED family', fam)\n    except OSError as e:\n        print('no', fam, e)\nprint('DONE')\n"),
 }
 
 @pytest.fixture(scope="module", params=[(True, False), (False, False), (False, True)],
