@@ -101,7 +101,6 @@ class SandboxRun:
     jail_error: str | None = None
     limit_hit: str | None = None  # "files": the file watch killed it; "memory" / "processes": the cgroup says so
 
-
     def error(self, limits: SandboxSettings) -> str | None:
         """A one-line explanation when the run failed, None when it exited 0."""
         if self.jail_error is not None:
@@ -296,8 +295,8 @@ def _file_watch_works(plan: JailPlan, limits: SandboxSettings) -> str | None:
     run, _ = _spawn(plan, trial, code, child_config(trial))
     if run.limit_hit == "files":
         return None
-    return (f"the worker cannot count the jail's files through /proc/<pid>/root ({run.error(trial) or 'not killed'}; "
-            "needs a /proc where the worker may read its own children's roots)")
+    return (f"the worker cannot count the jail's files through /proc/<pid>/root ({run.error(trial) or 'not killed'}: "
+            "it needs a /proc where it may read its own children's roots)")
 
 
 def prepare_jail(limits: SandboxSettings) -> JailPlan:
@@ -306,9 +305,7 @@ def prepare_jail(limits: SandboxSettings) -> JailPlan:
     plan, report, no_cgroup = _verify_with_cgroup(plan_jail(limits), limits)
     cgroup_parent = str(plan.cgroup.parent) if plan.cgroup is not None else None
     unwatched = _file_watch_works(plan, limits)
-    if unwatched is not None:
-        log.warning("python sandbox: %s", unwatched)
-    announce_limits(limit_scopes(limits, cgroup_parent, files_watched=unwatched is None), limits, no_cgroup)
+    announce_limits(limit_scopes(limits, cgroup_parent, unwatched), limits, no_cgroup)
     log.info("python sandbox: bubblewrap jail verified (uid %d, %s python %s, seccomp on, %d MiB disk, cgroup %s)",
              plan.uid, plan.python, report.get("python"), limits.disk_mb, cgroup_parent or "none")
     return plan

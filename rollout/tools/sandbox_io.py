@@ -38,7 +38,7 @@ def read_bounded(proc: subprocess.Popen[bytes], deadline: float, cap: int,
     assert proc.stdout is not None and proc.stderr is not None
     bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
     cut = dict.fromkeys(bufs, False)
-    timed_out, killed_for = False, None
+    timed_out, killed_for, next_watch = False, None, 0.0
     with selectors.DefaultSelector() as sel:
         for fd in bufs:
             os.set_blocking(fd, False)
@@ -52,10 +52,13 @@ def read_bounded(proc: subprocess.Popen[bytes], deadline: float, cap: int,
                 kill_group(proc)
                 deadline = time.monotonic() + _GRACE_S
                 continue
-            if watch is not None and killed_for is None and (killed_for := watch()) is not None:
-                kill_group(proc)
-                deadline = min(deadline, time.monotonic() + _GRACE_S)
-            wait = remaining if watch is None or killed_for else min(remaining, WATCH_S)
+            now = time.monotonic()
+            if watch is not None and killed_for is None and now >= next_watch:
+                next_watch = now + WATCH_S
+                if (killed_for := watch()) is not None:
+                    kill_group(proc)
+                    deadline = min(deadline, now + _GRACE_S)
+            wait = remaining if watch is None or killed_for else max(0.0, min(remaining, next_watch - now))
             for key, _ in sel.select(timeout=wait):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:

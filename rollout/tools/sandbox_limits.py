@@ -48,8 +48,8 @@ class LimitScope:
         return f"{self.name}: {self.setting} ({self.how})"
 
 
-def _inodes(settings: SandboxSettings, cgroup: str | None, files_watched: bool) -> LimitScope:
-    if files_watched:
+def _inodes(settings: SandboxSettings, cgroup: str | None, unwatched: str | None) -> LimitScope:
+    if unwatched is None:
         also = f"; their memory also counts in the call's cgroup under {cgroup}" if cgroup else ""
         return LimitScope("disk inodes", f"max_files={settings.max_files}", "call",
                           f"counted from outside every 50 ms, the call killed over it{also}")
@@ -57,15 +57,14 @@ def _inodes(settings: SandboxSettings, cgroup: str | None, files_watched: bool) 
         return LimitScope("disk inodes", f"disk_mb={settings.disk_mb}", "call",
                           f"their memory counts in the call's cgroup under {cgroup}")
     return LimitScope("disk inodes", "none", "none",
-                      "bwrap cannot cap the tmpfs's inodes, the worker cannot see the jail's /tmp to count them, and "
-                      "no cgroup counts their kernel memory")
+                      f"bwrap cannot cap the tmpfs's inodes, {unwatched}, and no cgroup counts their kernel memory")
 
 
 def limit_scopes(settings: SandboxSettings, cgroup: str | None = None,
-                 files_watched: bool = False) -> tuple[LimitScope, ...]:
+                 unwatched: str | None = "the file count was not checked") -> tuple[LimitScope, ...]:
     """Where each limit of ``settings`` holds; ``cgroup`` is the per-call cgroup's parent when one is used,
-    ``files_watched`` whether the worker can count the jail's files. (A pure function of what the start-up
-    checks found.)"""
+    ``unwatched`` why the worker cannot count the jail's files (None when it can). A pure function of what
+    the start-up checks found."""
     one = not settings.allow_fork
     per: Scope = "call" if one else "process"
     why = "one process: seccomp denies fork" if one else "per process: allow_fork lets each child start afresh"
@@ -85,7 +84,7 @@ def limit_scopes(settings: SandboxSettings, cgroup: str | None = None,
         LimitScope("open files", f"max_open_files={settings.max_open_files}", per, f"RLIMIT_NOFILE; {why}"),
         LimitScope("processes and threads", f"max_processes={settings.max_processes}", "call", procs),
         LimitScope("disk bytes", f"disk_mb={settings.disk_mb}", "call", "size of the call's tmpfs"),
-        _inodes(settings, cgroup, files_watched),
+        _inodes(settings, cgroup, unwatched),
         LimitScope("memfd, SysV IPC, POSIX mqueue", "denied", "call", "seccomp"),
         LimitScope("wall clock", f"wall_seconds={settings.wall_seconds:g}", "call",
                    "the worker kills the jail's process group; the pid namespace takes every process"),

@@ -146,7 +146,9 @@ def test_limit_scopes_follow_the_fork_setting() -> None:
     assert one["memory"] == one["cpu"] == one["open files"] == "call"
     assert many["memory"] == many["cpu"] == many["open files"] == "process"
     assert one["processes and threads"] == one["disk bytes"] == "call" and one["disk inodes"] == "none"
-    assert {s.name: s.scope for s in limit_scopes(SandboxSettings(), None, files_watched=True)}["disk inodes"] == "call"
+    assert {s.name: s.scope for s in limit_scopes(SandboxSettings(), None, None)}["disk inodes"] == "call"
+    blind = {s.name: s for s in limit_scopes(SandboxSettings(), None, "no /proc")}["disk inodes"]
+    assert blind.scope == "none" and "no /proc" in blind.how
 
 
 # --- the per-call cgroup v2 (detected at start; this host has none delegated, see sandbox_cgroup) ---
@@ -179,7 +181,7 @@ def test_each_calls_cgroup_bounds_memory_files_processes_and_cpu_of_forks() -> N
                    "memory.oom.group": "1", "pids.max": "17"}  # no cpu.max: RLIMIT_CPU is the one process's
     forks = dict(cgroup_values(SandboxSettings(allow_fork=True, cpu_seconds=5, wall_seconds=10)))
     assert forks["cpu.max"] == "50000 100000"  # 0.5 CPU for at most 10 s: at most 5 CPU-seconds in all
-    scopes = {s.name: s.scope for s in limit_scopes(SandboxSettings(allow_fork=True), "/sys/fs/cgroup/x")}
+    scopes = {s.name: s.scope for s in limit_scopes(SandboxSettings(allow_fork=True), "/sys/fs/cgroup/x", "no /proc")}
     assert scopes["memory"] == scopes["cpu"] == scopes["disk inodes"] == "call"
     assert scopes["open files"] == "process"  # no cgroup controller counts descriptors
 
