@@ -5,9 +5,11 @@ It runs as ``python -I -B /sandbox/bootstrap.py key=value,...`` INSIDE the bubbl
 
 1. read its configuration (:func:`parse_config`; not JSON: importing ``json`` costs ~20 ms per call)
    and refuse to continue as uid 0 (exit 121): the jail must have dropped privileges;
-2. probe mode (``{"probe": true}``): report what the jail applied (uid, groups, no-new-privs,
-   seccomp mode, capabilities, network interfaces, whether a user namespace can be created, whether
-   ``/`` is writable, whether /proc is visible) as one JSON line, and exit;
+2. probe mode (``probe=1``): report what the jail applied (uid, groups, no-new-privs, seccomp mode,
+   capabilities, network interfaces, whether ``/`` is writable, whether /proc is visible, what the
+   seccomp argument filters refuse: fork, socket families, memfd, SysV IPC, mq_open; the tmpfs's
+   size; the rlimits once set) as one JSON line, and exit; ``probe=userns``: whether a user
+   namespace can be created (run under a filter that leaves ``clone`` open);
 3. set the kernel resource limits (CPU, address space, file size, open files, processes, no core);
 4. write the ready marker to stderr (the parent tells a jail failure from the program's by it);
 5. unless disabled, install the audit hook (PEP 578): defence in depth only, the jail is the
@@ -64,20 +66,22 @@ def parse_config(text):
     return cfg
 
 
-def set_limits(cfg):
-    """Kernel-enforced limits; hard == soft except CPU (SIGXCPU at soft, SIGKILL one second later)."""
+RLIMITS = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE,
+           "nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC, "core": resource.RLIMIT_CORE}
+
+
+def rlimit_values(cfg):
+    """The (soft, hard) pair of each limit; hard == soft except CPU (SIGXCPU at soft, SIGKILL 1 s later)."""
     mib = 1024 * 1024
     cpu = int(cfg["cpu_seconds"])
-    limits = [
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-        (resource.RLIMIT_AS, (cfg["memory_mb"] * mib,) * 2),
-        (resource.RLIMIT_FSIZE, (cfg["file_size_mb"] * mib,) * 2),
-        (resource.RLIMIT_NOFILE, (cfg["max_open_files"],) * 2),
-        (resource.RLIMIT_NPROC, (cfg["max_processes"],) * 2),
-        (resource.RLIMIT_CORE, (0, 0)),
-    ]
-    for which, value in limits:
-        resource.setrlimit(which, value)
+    return {"cpu": (cpu, cpu + 1), "as": (cfg["memory_mb"] * mib,) * 2, "fsize": (cfg["file_size_mb"] * mib,) * 2,
+            "nofile": (cfg["max_open_files"],) * 2, "nproc": (cfg["max_processes"],) * 2, "core": (0, 0)}
+
+
+def set_limits(cfg):
+    """Kernel-enforced limits (see :func:`rlimit_values`)."""
+    for name, value in rlimit_values(cfg).items():
+        resource.setrlimit(RLIMITS[name], value)
 
 
 def _capabilities(libc, ctypes):
@@ -102,8 +106,49 @@ def _capabilities(libc, ctypes):
     return bits
 
 
-def probe():
-    """What the jail applied, seen from inside (checked by the parent; see jail.check_probe)."""
+def _errno_of(call):
+    """0 when ``call()`` succeeds, else the OSError's errno."""
+    try:
+        call()
+    except OSError as exc:
+        return exc.errno
+    return 0
+
+
+def _try_fork():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _open_families(socket):
+    """Socket families (and netlink protocols) that could be opened; the jail allows none of them."""
+    tries = [("vsock", 40, socket.SOCK_STREAM, 0), ("inet", 2, socket.SOCK_STREAM, 0), ("inet6", 10, socket.SOCK_DGRAM, 0),
+             ("packet", 17, socket.SOCK_DGRAM, 0), ("alg", 38, socket.SOCK_SEQPACKET, 0),
+             ("netlink_uevent", 16, socket.SOCK_DGRAM, 15), ("netlink_audit", 16, socket.SOCK_RAW, 9)]
+    opened = []
+    for name, family, kind, proto in tries:
+        if _errno_of(lambda: socket.socket(family, kind, proto).close()) == 0:  # noqa: B023 - called at once
+            opened.append(name)
+    return opened
+
+
+def _libc_errnos(libc, ctypes):
+    """errno of SysV shm/msg/sem creation and of mq_open (0 = created)."""
+    out = {}
+    rt = libc if hasattr(libc, "mq_open") else ctypes.CDLL("librt.so.1", use_errno=True)  # glibc < 2.34: librt
+    for name, call in [("shmget", lambda: libc.shmget(0, 1 << 20, 0o1600)), ("msgget", lambda: libc.msgget(0, 0o1600)),
+                       ("semget", lambda: libc.semget(0, 1, 0o1600)),
+                       ("mq_open", lambda: rt.mq_open(b"/sbx-probe", os.O_CREAT | os.O_RDWR, 0o600, None))]:
+        ctypes.set_errno(0)
+        out[name] = 0 if call() >= 0 else ctypes.get_errno()
+    return out
+
+
+def probe(cfg):
+    """What the jail applied, seen from inside (checked by the parent; see jail.check_probe). It ends by
+    setting the call's rlimits and reading them back."""
     import ctypes  # noqa: PLC0415 - probe mode only, never with untrusted code
     import json  # noqa: PLC0415
     import socket  # noqa: PLC0415
@@ -114,16 +159,42 @@ def probe():
             root_writable = True
     except OSError:
         root_writable = False
-    return json.dumps({
+    tmp = os.statvfs(cfg["workdir"])
+    report = {
         "uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "groups": sorted(set(os.getgroups()) - {os.getgid()}),
         "no_new_privs": libc.prctl(39, 0, 0, 0, 0),  # PR_GET_NO_NEW_PRIVS
         "seccomp_mode": libc.prctl(21, 0, 0, 0, 0),  # PR_GET_SECCOMP: 2 = filter
         "capabilities": _capabilities(libc, ctypes),
         "interfaces": sorted(name for _, name in socket.if_nameindex()),
-        "new_userns_blocked": libc.unshare(0x10000000) != 0,  # CLONE_NEWUSER
         "root_writable": root_writable, "proc_visible": os.path.exists("/proc/self"),
+        "fork_errno": _errno_of(_try_fork), "families_open": _open_families(socket),
+        "memfd_errno": _errno_of(lambda: os.close(os.memfd_create("sbx-probe"))), "ipc_errnos": _libc_errnos(libc, ctypes),
+        "tmpfs_bytes": tmp.f_blocks * tmp.f_frsize, "tmpfs_inodes": tmp.f_files,
         "python": sys.version.split()[0],
-    })
+    }
+    set_limits(cfg)
+    report["rlimits"] = {name: list(resource.getrlimit(which)) for name, which in RLIMITS.items()}
+    return json.dumps(report)
+
+
+def probe_userns():
+    """Whether a new user namespace can be made by raw ``clone(CLONE_NEWUSER)``: the route seccomp leaves
+    open in this probe's filter (``unshare`` is denied by seccomp, so it cannot tell whether bwrap's
+    --disable-userns took effect). 0 = one was created."""
+    import ctypes  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import platform  # noqa: PLC0415
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr = {"x86_64": 56, "aarch64": 220}[platform.machine()]
+    ctypes.set_errno(0)
+    pid = libc.syscall(nr, 0x10000000 | 17, 0, 0, 0, 0)  # CLONE_NEWUSER | SIGCHLD, fork-like (same stack, copied)
+    if pid == 0:
+        os._exit(0)
+    err = ctypes.get_errno() if pid < 0 else 0
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return json.dumps({"userns_errno": err})
 
 
 def _resolve(path, dir_fd_possible):
@@ -228,8 +299,11 @@ def main():
     if os.getuid() == 0 or os.geteuid() == 0:
         sys.stderr.write("[sandbox] refusing to run as uid 0: the jail did not drop privileges\n")
         sys.exit(EXIT_UNSAFE)
+    if cfg.get("probe") == "userns":
+        print(probe_userns())
+        return
     if cfg.get("probe"):
-        print(probe())
+        print(probe(cfg))
         return
     set_limits(cfg)
     workdir = cfg["workdir"]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -54,6 +55,12 @@ class SandboxSettings(StrictModel):
         default=64, ge=1, le=16384,
         description="Total disk quota: size of the tmpfs mounted at /tmp, the only writable place in the jail.",
     )
+    max_files: int = Field(
+        default=10_000, ge=16, le=1_000_000,
+        description="Files and directories the program may have in /tmp at once (the tmpfs's inodes: each costs "
+        "about 1 KiB of kernel memory that no rlimit counts, and bwrap cannot cap them). Counted from outside every "
+        "50 ms; a call over it is killed.",
+    )
     run_as_uid: int = Field(
         default=65534, ge=1,
         description="uid and gid the sandbox runs as when the worker runs as root (a non-root worker's sandbox runs "
@@ -69,6 +76,31 @@ class SandboxSettings(StrictModel):
         default=True,
         description="Also install the in-process audit hook (defence in depth; the jail is the boundary, and the "
         "escape suite runs with this off to prove it).",
+    )
+    allow_fork: bool = Field(
+        default=False,
+        description="Let the program create processes. Off: seccomp denies fork/vfork/clone without CLONE_THREAD "
+        "(threads still work), so the program is one process and memory_mb, cpu_seconds and max_open_files bound "
+        "the whole call. On: those rlimits hold per process (each child gets a fresh allowance) unless a cgroup "
+        "bounds the call; the tool says so in a WARNING at start.",
+    )
+    cgroup: Literal["auto", "off"] = Field(
+        default="auto",
+        description="A cgroup v2 per call (memory.max, pids.max, and cpu.max with allow_fork) where one is "
+        "delegated: 'auto' detects it at start (cgroup_parent, else the worker's own cgroup) and falls back, "
+        "with a WARNING, to the rlimits; 'off' never uses one.",
+    )
+    cgroup_parent: Path | None = Field(
+        default=None,
+        description="A writable, empty cgroup v2 directory under which each call gets its own cgroup (e.g. a "
+        "systemd Delegate=yes unit's subgroup). Unset: the worker's own cgroup, usable only when it may "
+        "delegate memory and pids.",
+    )
+    require_call_limits: bool = Field(
+        default=False,
+        description="Refuse to start (fail closed) unless every limit holds for the whole call, not per process "
+        "or not at all (tmpfs inodes are bounded only by a per-call cgroup's memory.max). Off: the tool starts and logs a "
+        "WARNING naming each limit that does not hold for the whole call.",
     )
 
 

@@ -20,16 +20,26 @@ What every call gets (:func:`bwrap_argv`):
   copies under ``/sandbox``;
 - **processes**: bwrap's init is pid 1 of the namespace; when the program exits, or bwrap is
   killed (``--die-with-parent``), the kernel kills every process left in it (setsid'd or not);
-- **syscalls**: the seccomp deny list of :mod:`.seccomp`;
+- **syscalls**: the seccomp filter of :mod:`.seccomp` (a deny list, and argument filters: no fork
+  unless ``allow_fork``, no socket family but AF_UNIX and netlink route, no memfd or SysV IPC);
 - **environment**: cleared; PATH, LANG, LC_ALL, HOME=TMPDIR=/tmp only.
 
-What is NOT covered: kernel vulnerabilities reachable through the allowed syscalls; CPU and
-memory are bounded by rlimits in the child, not by a cgroup (bwrap has none); side channels.
-The pod/host requirements are listed in :data:`GRANT_HINT`.
+The probe (:func:`check_probe`, :func:`check_userns_probe`) checks each of these from inside: the
+identity, no-new-privs, no capabilities, the seccomp filter's effects (fork, socket families, memfd,
+SysV IPC, mq_open refused), the tmpfs's size, the rlimits, and, in a second run whose filter leaves
+``clone`` open, that ``clone(CLONE_NEWUSER)`` fails (``unshare`` is always denied by seccomp, so it
+cannot tell whether ``--disable-userns`` took effect); from outside, that each namespace differs.
+
+What is NOT covered: kernel vulnerabilities reachable through the allowed syscalls; the tmpfs's
+inode count (bwrap sets only its size: the worker counts the files from outside, see
+:mod:`.sandbox_limits`, which also says which limits hold for the whole call and which per
+process); side channels. The pod/host
+requirements are listed in :data:`GRANT_HINT`.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -40,8 +50,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamgrpo.rollout.tools._sandbox_child import rlimit_values
 from streamgrpo.rollout.tools.config import SandboxSettings
 from streamgrpo.rollout.tools.errors import SandboxUnavailableError
+from streamgrpo.rollout.tools.sandbox_cgroup import CgroupPlan
 from streamgrpo.rollout.tools.seccomp import SeccompUnsupportedError, build_program
 
 WORKDIR = "/tmp"
@@ -72,6 +84,7 @@ class JailPlan:
     python: str
     python_dirs: tuple[str, ...]  # read-only binds besides /usr (at the same paths)
     seccomp: bytes
+    cgroup: CgroupPlan | None = None  # a cgroup v2 per call (set by prepare_jail once verified)
 
 
 def _host_dirs() -> list[tuple[str, str | None]]:
@@ -171,7 +184,7 @@ def plan_jail(settings: SandboxSettings) -> JailPlan:
                                       "with [tools.sandbox] run_as_uid set to an unprivileged uid")
     python, dirs = _choose_python(settings, uid, gid)
     try:
-        program = build_program()
+        program = build_program(allow_fork=settings.allow_fork)
     except SeccompUnsupportedError as exc:
         raise SandboxUnavailableError(f"the sandbox's seccomp filter cannot be applied: {exc}") from exc
     return JailPlan(bwrap=bwrap, uid=uid, gid=gid, switch_user=switch, python=python, python_dirs=dirs,
@@ -185,11 +198,12 @@ class JailFds:
     bootstrap: int
     code: int
     seccomp: int
-    status: int | None = None  # --json-status-fd (the probe only)
+    status: int | None = None  # --json-status-fd (the probe, and calls with a cgroup)
+    block: int | None = None  # --block-fd: the jail waits until its processes are in the call's cgroup
 
     def all(self) -> list[int]:
         """Every descriptor to pass to bwrap."""
-        return [fd for fd in (self.bootstrap, self.code, self.seccomp, self.status) if fd is not None]
+        return [fd for fd in (self.bootstrap, self.code, self.seccomp, self.status, self.block) if fd is not None]
 
 
 def memfd(name: str, data: bytes) -> int:
@@ -220,6 +234,8 @@ def bwrap_argv(plan: JailPlan, settings: SandboxSettings, fds: JailFds, child_co
              "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR, "--seccomp", str(fds.seccomp)]
     if fds.status is not None:
         argv += ["--json-status-fd", str(fds.status)]
+    if fds.block is not None:
+        argv += ["--block-fd", str(fds.block)]
     return [*argv, "--", plan.python, "-I", "-B", BOOTSTRAP_PATH, child_config]
 
 
@@ -237,14 +253,24 @@ def explain_bwrap_failure(stderr: str) -> str:
     return f"bubblewrap could not set up the sandbox ({line}). {GRANT_HINT}"
 
 
-def check_probe(report: dict[str, object], status: Sequence[dict[str, object]], plan: JailPlan) -> list[str]:
+def _expected_report(plan: JailPlan, settings: SandboxSettings) -> dict[str, object]:
+    """What the probe must find inside a complete jail (see ``_sandbox_child.probe``)."""
+    cfg = {"cpu_seconds": settings.cpu_seconds, "memory_mb": settings.memory_mb, "file_size_mb": settings.file_size_mb,
+           "max_open_files": settings.max_open_files, "max_processes": settings.max_processes}
+    return {"uid": plan.uid, "euid": plan.uid, "gid": plan.gid, "groups": [], "no_new_privs": 1, "seccomp_mode": 2,
+            "capabilities": 0, "interfaces": ["lo"], "root_writable": False, "proc_visible": False,
+            "fork_errno": 0 if settings.allow_fork else errno.EPERM, "families_open": [], "memfd_errno": errno.EPERM,
+            "ipc_errnos": dict.fromkeys(("shmget", "msgget", "semget", "mq_open"), errno.EPERM),
+            "tmpfs_bytes": settings.disk_mb * 1024 * 1024,
+            "rlimits": {k: list(v) for k, v in rlimit_values(cfg).items()}}
+
+
+def check_probe(report: dict[str, object], status: Sequence[dict[str, object]], plan: JailPlan,
+                settings: SandboxSettings) -> list[str]:
     """What the probe found missing (empty when the jail is complete). ``report`` comes from inside
     the jail (see ``_sandbox_child.probe``), ``status`` from bwrap's --json-status-fd."""
     problems = []
-    expect = {"uid": plan.uid, "euid": plan.uid, "gid": plan.gid, "groups": [], "no_new_privs": 1,
-              "seccomp_mode": 2, "capabilities": 0, "interfaces": ["lo"], "new_userns_blocked": True,
-              "root_writable": False, "proc_visible": False}
-    for key, want in expect.items():
+    for key, want in _expected_report(plan, settings).items():
         if report.get(key) != want:
             problems.append(f"{key} is {report.get(key)!r}, expected {want!r}")
     ids = next((doc for doc in status if "child-pid" in doc), {})
@@ -254,3 +280,11 @@ def check_probe(report: dict[str, object], status: Sequence[dict[str, object]], 
         if theirs is None or theirs == ours:
             problems.append(f"the {ns} namespace is not separate (bwrap reported {theirs!r}, ours is {ours})")
     return problems
+
+
+def check_userns_probe(report: dict[str, object]) -> list[str]:
+    """The userns probe (``_sandbox_child.probe_userns``) must have failed to create a user namespace."""
+    if report.get("userns_errno") in (None, 0):
+        return ["a new user namespace can be created inside the jail (bwrap's --disable-userns did not take effect): "
+                f"userns_errno is {report.get('userns_errno')!r}"]
+    return []

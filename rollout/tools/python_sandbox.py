@@ -18,6 +18,9 @@ Every call:
 - reads stdout/stderr with a byte bound (the rest is drained and dropped) until the wall-clock
   deadline, then kills bwrap's process group; bwrap's ``--die-with-parent`` and the pid namespace
   take every process of the jail with it.
+- learns the jail's pid from ``--json-status-fd`` and counts the files of its /tmp from outside every
+  50 ms (``max_files``; :class:`~.sandbox_io.FileWatch`); with a per-call cgroup
+  (:mod:`.sandbox_cgroup`) the jail is held (``--block-fd``) until it is inside it.
 
 Inside, before the code runs (see ``_sandbox_child.py``): kernel limits (RLIMIT_CPU, RLIMIT_AS,
 RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_NPROC, RLIMIT_CORE=0) and, as defence in depth only, a PEP 578
@@ -26,16 +29,19 @@ outside the working directory and the Python installation. The escape suite
 (``tests/unit/rollout/test_tools_sandbox_escape.py``) runs every attack with the hook switched off
 too: the jail alone must hold.
 
-What is NOT covered: see :mod:`.jail` (kernel bugs in allowed syscalls, no cgroup accounting).
+Which limits hold for the whole call and which only per process is decided and announced once at
+start by :mod:`.sandbox_limits` (a WARNING, or a refusal under ``require_call_limits``).
+
+What is NOT covered: see :mod:`.jail` (kernel bugs in allowed syscalls, side channels).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import logging
 import os
-import selectors
 import signal
 import subprocess
 import time
@@ -54,18 +60,29 @@ from streamgrpo.rollout.tools.jail import (
     JailPlan,
     bwrap_argv,
     check_probe,
+    check_userns_probe,
     explain_bwrap_failure,
     memfd,
     plan_jail,
     popen_identity,
 )
+from streamgrpo.rollout.tools.sandbox_cgroup import CallCgroup, CgroupError, plan_cgroup
+from streamgrpo.rollout.tools.sandbox_io import (
+    FileWatch,
+    kill_group,
+    read_bounded,
+    read_status,
+    wait_child_pid,
+    wait_exited,
+)
+from streamgrpo.rollout.tools.sandbox_limits import announce_limits, limit_scopes
+from streamgrpo.rollout.tools.seccomp import build_program
 
 log = logging.getLogger(__name__)
 
 CHILD_SCRIPT = Path(__file__).with_name("_sandbox_child.py")
 MAX_CODE_CHARS = 20_000
 PROBE_WALL_S = 60.0
-_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,7 @@ class SandboxRun:
     stderr_truncated: bool
     duration_ms: int
     jail_error: str | None = None
+    limit_hit: str | None = None  # "files": the file watch killed it; "memory" / "processes": the cgroup says so
 
     def error(self, limits: SandboxSettings) -> str | None:
         """A one-line explanation when the run failed, None when it exited 0."""
@@ -89,6 +107,10 @@ class SandboxRun:
             return f"the sandbox could not start, the program did not run: {self.jail_error}"
         if self.timed_out:
             return f"killed: wall-clock limit of {limits.wall_seconds:g}s exceeded"
+        if self.limit_hit == "files":
+            return f"killed: more than {limits.max_files} files in /tmp (max_files)"
+        if self.limit_hit == "memory":
+            return f"killed: memory limit of {limits.memory_mb} MiB (plus {limits.disk_mb} MiB of files) exceeded"
         if self.returncode == 0:
             return None
         sig = self.returncode - 128 if self.returncode > 128 else -self.returncode if self.returncode < 0 else 0
@@ -102,91 +124,13 @@ class SandboxRun:
         return f"exit status {self.returncode}: {last}" if last else f"exit status {self.returncode}"
 
 
-def child_config(limits: SandboxSettings, *, probe: bool = False) -> str:
+def child_config(limits: SandboxSettings, *, probe: bool | str = False) -> str:
     """The bootstrap's argument (``key=value,...``, see ``_sandbox_child.format_config``)."""
     return format_config({
         "workdir": WORKDIR, "code_path": CODE_PATH, "cpu_seconds": limits.cpu_seconds, "memory_mb": limits.memory_mb,
         "file_size_mb": limits.file_size_mb, "max_open_files": limits.max_open_files,
         "max_processes": limits.max_processes, "audit_hook": limits.audit_hook, "probe": probe,
     })
-
-
-def _read_bounded(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tuple[bytes, bytes, bool, bool, bool]:
-    """Read both pipes until EOF or ``deadline``; keep ``cap`` bytes of each. Returns
-    (stdout, stderr, stdout_truncated, stderr_truncated, timed_out)."""
-    assert proc.stdout is not None and proc.stderr is not None
-    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    cut = dict.fromkeys(bufs, False)
-    timed_out = False
-    with selectors.DefaultSelector() as sel:
-        for fd in bufs:
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if timed_out:
-                    break  # grace period after the kill is over; leave the rest
-                timed_out = True
-                _kill_group(proc)
-                deadline = time.monotonic() + _GRACE_S
-                continue
-            for key, _ in sel.select(timeout=remaining):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fd)
-                    continue
-                room = cap - len(bufs[key.fd])
-                bufs[key.fd] += chunk[: max(0, room)]
-                cut[key.fd] = cut[key.fd] or len(chunk) > room
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), cut[out_fd], cut[err_fd], timed_out
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL bwrap's process group (the jail's pid namespace dies with bwrap). Only called while
-    bwrap is not yet reaped, so its pid (= the group id, a session leader) cannot have been reused."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _wait_exited(proc: subprocess.Popen[bytes], deadline: float) -> bool:
-    """Wait until bwrap has exited WITHOUT reaping it (WNOWAIT); False at the deadline."""
-    while True:
-        try:
-            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        if info is not None:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-
-
-def _read_status(fd: int) -> list[dict[str, Any]]:
-    """The JSON documents bwrap wrote to --json-status-fd (after it exited)."""
-    os.set_blocking(fd, False)
-    data = b""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    docs, decoder, text, pos = [], json.JSONDecoder(), data.decode("utf-8", "replace"), 0
-    while pos < len(text):
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        if pos >= len(text):
-            break
-        doc, pos = decoder.raw_decode(text, pos)
-        docs.append(doc)
-    return docs
 
 
 def _memfds(contents: list[tuple[str, bytes]]) -> list[int]:
@@ -204,74 +148,166 @@ def _memfds(contents: list[tuple[str, bytes]]) -> list[int]:
                 os.close(fd)
 
 
-def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
-           with_status: bool = False) -> tuple[SandboxRun, list[dict[str, Any]]]:
-    """One run of ``code`` in the jail; the status documents are read only when ``with_status``."""
-    start = time.monotonic()
+@dataclass(frozen=True)
+class _Started:
+    proc: subprocess.Popen[bytes]
+    status_r: int
+    child: int | None  # the jail's pid 1 (host pid), from bwrap's status
+    early: bytes  # status bytes already read
+
+
+def _start(plan: JailPlan, limits: SandboxSettings, code: str, config: str, call_cg: CallCgroup | None) -> _Started:
+    """Start bwrap and learn its jail's pid; with a cgroup, hold the jail until its processes are in it."""
     opened = _memfds([("sbx-bootstrap", CHILD_SCRIPT.read_bytes()), ("sbx-code", code.encode("utf-8")),
                       ("sbx-seccomp", plan.seccomp)])
-    status_r, status_w = os.pipe() if with_status else (None, None)
-    fds = JailFds(bootstrap=opened[0], code=opened[1], seccomp=opened[2], status=status_w)
+    status_r, status_w = os.pipe()
+    block_r, block_w = os.pipe() if call_cg else (None, None)
+    fds = JailFds(bootstrap=opened[0], code=opened[1], seccomp=opened[2], status=status_w, block=block_r)
     try:
         proc = subprocess.Popen(  # noqa: S603 - fixed argv: bwrap, our interpreter and our bootstrap
             bwrap_argv(plan, limits, fds, config), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, cwd="/", env={}, start_new_session=True, close_fds=True, pass_fds=fds.all(),
             **popen_identity(plan),  # type: ignore[arg-type]
         )
+    except OSError:
+        for fd in (status_r, block_w):
+            if fd is not None:
+                os.close(fd)
+        raise
     finally:
-        for fd in [*opened, *([status_w] if status_w is not None else [])]:
+        for fd in [*opened, status_w, *([block_r] if block_r is not None else [])]:
             os.close(fd)
+    deadline = time.monotonic() + limits.wall_seconds
     try:
-        deadline = start + limits.wall_seconds
-        out, err, out_cut, err_cut, timed_out = _read_bounded(proc, deadline, limits.capture_bytes)
-        if not timed_out and not _wait_exited(proc, deadline):
-            timed_out = True
-        _kill_group(proc)  # on timeout; otherwise a no-op (the pid namespace is already gone)
-        returncode = proc.wait()
-        status = _read_status(status_r) if status_r is not None else []
-    finally:
+        if call_cg is not None and block_w is not None:
+            child, early = call_cg.enter(proc.pid, status_r, block_w, deadline)
+        else:
+            child, early = wait_child_pid(status_r, deadline)
+    except CgroupError:
+        kill_group(proc)
+        proc.wait()
+        os.close(status_r)
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
-        if status_r is not None:
-            os.close(status_r)
-    started = READY in err
-    err = err.replace(READY, b"", 1)
+        raise
+    return _Started(proc, status_r, child, early)
+
+
+def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
+           with_status: bool = False) -> tuple[SandboxRun, list[dict[str, Any]]]:
+    """One run of ``code`` in the jail (in a cgroup of its own when the plan has one, its files counted
+    from outside); the status documents are read only when ``with_status``."""
+    start = time.monotonic()
+    call_cg = CallCgroup(plan.cgroup) if plan.cgroup is not None else None
+    try:
+        if call_cg is not None:
+            call_cg.create()
+        st = _start(plan, limits, code, config, call_cg)
+        proc, watch = st.proc, None
+        if st.child is not None:
+            watch = FileWatch(st.child, WORKDIR, limits.disk_mb * 1024 * 1024, limits.max_files)
+        try:
+            deadline = start + limits.wall_seconds
+            pipes = read_bounded(proc, deadline, limits.capture_bytes, watch)
+            timed_out = pipes.timed_out or (pipes.killed_for is None and not wait_exited(proc, deadline))
+            kill_group(proc)  # on timeout; otherwise a no-op (the pid namespace is already gone)
+            returncode = proc.wait()
+            status = read_status(st.status_r, st.early) if with_status else []
+        finally:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+            os.close(st.status_r)
+        limit_hit = pipes.killed_for or (call_cg.limit_hit() if call_cg is not None else None)
+    except CgroupError as exc:
+        run = SandboxRun(stdout="", stderr="", returncode=-1, timed_out=False, stdout_truncated=False,
+                         stderr_truncated=False, duration_ms=int((time.monotonic() - start) * 1000), jail_error=str(exc))
+        return run, []
+    finally:
+        if call_cg is not None:
+            call_cg.remove()
+    err = pipes.err.replace(READY, b"", 1)
     jail_error = None
-    if (not started and not timed_out) or returncode == EXIT_UNSAFE:
+    if (READY not in pipes.err and not timed_out and limit_hit is None) or returncode == EXIT_UNSAFE:
         jail_error = explain_bwrap_failure(err.decode("utf-8", "replace"))
     run = SandboxRun(
-        stdout=out.decode("utf-8", errors="replace"), stderr=err.decode("utf-8", errors="replace"),
-        returncode=returncode, timed_out=timed_out, stdout_truncated=out_cut, stderr_truncated=err_cut,
-        duration_ms=int((time.monotonic() - start) * 1000), jail_error=jail_error,
+        stdout=pipes.out.decode("utf-8", errors="replace"), stderr=err.decode("utf-8", errors="replace"),
+        returncode=returncode, timed_out=timed_out, stdout_truncated=pipes.out_cut, stderr_truncated=pipes.err_cut,
+        duration_ms=int((time.monotonic() - start) * 1000), jail_error=jail_error, limit_hit=limit_hit,
     )
     return run, status
 
 
-def verify_jail(plan: JailPlan, limits: SandboxSettings) -> dict[str, Any]:
-    """Run the probe through the jail; raise SandboxUnavailableError listing every isolation missing.
-    It gets at least :data:`PROBE_WALL_S` (a short per-call limit must not fail the probe on a busy host)."""
-    probe_limits = limits.model_copy(update={"wall_seconds": max(limits.wall_seconds, PROBE_WALL_S)})
-    run, status = _spawn(plan, probe_limits, "", child_config(probe_limits, probe=True), with_status=True)
+def _probe_report(plan: JailPlan, limits: SandboxSettings, mode: bool | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One probe run through the jail: its JSON report and bwrap's status documents."""
+    run, status = _spawn(plan, limits, "", child_config(limits, probe=mode), with_status=True)
     if run.returncode != 0 or run.timed_out:
-        raise SandboxUnavailableError(explain_bwrap_failure(run.stderr or f"exit status {run.returncode}"))
+        raise SandboxUnavailableError(run.jail_error or explain_bwrap_failure(run.stderr or f"exit status {run.returncode}"))
     try:
         report = json.loads(run.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError) as exc:
         raise SandboxUnavailableError(f"the sandbox probe printed no report: {run.stdout[:200]!r} "
                                       f"{run.stderr[:300]!r}") from exc
-    problems = check_probe(report, status, plan)
+    return dict(report), status
+
+
+def verify_jail(plan: JailPlan, limits: SandboxSettings) -> dict[str, Any]:
+    """Run the probes through the jail; raise SandboxUnavailableError listing every isolation missing.
+
+    Two runs: the jail as every call gets it (every isolation, the seccomp argument filters, the tmpfs,
+    the rlimits), and the same jail under a filter that leaves ``clone`` open, where creating a user
+    namespace must still fail (bwrap's --disable-userns; the call's own filter denies every route, so
+    only this run can tell). Each gets at least :data:`PROBE_WALL_S` (a busy host must not fail it)."""
+    probe_limits = limits.model_copy(update={"wall_seconds": max(limits.wall_seconds, PROBE_WALL_S)})
+    report, status = _probe_report(plan, probe_limits, True)
+    problems = check_probe(report, status, plan, limits)
+    forking = dataclasses.replace(plan, seccomp=build_program(allow_fork=True))
+    userns, _ = _probe_report(forking, probe_limits, "userns")
+    problems += check_userns_probe(userns)
     if problems:
         raise SandboxUnavailableError("the sandbox jail is incomplete, refusing to run code: " + "; ".join(problems))
-    return dict(report)
+    return {**report, "new_userns_blocked": True, "userns_errno": userns["userns_errno"]}
+
+
+def _verify_with_cgroup(plan: JailPlan, limits: SandboxSettings) -> tuple[JailPlan, dict[str, Any], str | None]:
+    """Verify the jail, in a per-call cgroup where one is delegated (the probe runs inside one). Returns
+    the plan to use, the probe's report and why no cgroup is used (None when one is)."""
+    cgroup = plan_cgroup(limits)
+    if isinstance(cgroup, str) and limits.cgroup_parent is not None:  # asked for explicitly: fail closed
+        raise SandboxUnavailableError(f"[tools.sandbox] cgroup_parent is set but unusable: {cgroup}")
+    if isinstance(cgroup, str):
+        return plan, verify_jail(plan, limits), cgroup
+    try:
+        with_cgroup = dataclasses.replace(plan, cgroup=cgroup)
+        return with_cgroup, verify_jail(with_cgroup, limits), None
+    except SandboxUnavailableError as exc:
+        reason = f"the per-call cgroup under {cgroup.parent} did not work ({exc})"
+    if limits.cgroup_parent is not None:  # asked for explicitly: fail closed
+        raise SandboxUnavailableError(f"[tools.sandbox] cgroup_parent: {reason}")
+    return plan, verify_jail(plan, limits), reason
+
+
+def _file_watch_works(plan: JailPlan, limits: SandboxSettings) -> str | None:
+    """None when a program making 64 files under ``max_files=16`` is killed for it; else why not."""
+    trial = limits.model_copy(update={"max_files": 16, "wall_seconds": max(limits.wall_seconds, 30.0)})
+    code = "for i in range(64):\n    open('/tmp/w%d' % i, 'w').close()\nimport time\ntime.sleep(5)\n"
+    run, _ = _spawn(plan, trial, code, child_config(trial))
+    if run.limit_hit == "files":
+        return None
+    return (f"the worker cannot count the jail's files through /proc/<pid>/root ({run.error(trial) or 'not killed'}: "
+            "it needs a /proc where it may read its own children's roots)")
 
 
 def prepare_jail(limits: SandboxSettings) -> JailPlan:
-    """Plan the jail and verify it once (the tool refuses to build when this raises)."""
-    plan = plan_jail(limits)
-    report = verify_jail(plan, limits)
-    log.info("python sandbox: bubblewrap jail verified (uid %d, %s python %s, seccomp on, %d MiB disk)",
-             plan.uid, plan.python, report.get("python"), limits.disk_mb)
+    """Plan the jail, verify it once, and state which limits hold for the whole call (the tool refuses to
+    build when this raises: a missing isolation, or a per-process limit under ``require_call_limits``)."""
+    plan, report, no_cgroup = _verify_with_cgroup(plan_jail(limits), limits)
+    cgroup_parent = str(plan.cgroup.parent) if plan.cgroup is not None else None
+    unwatched = _file_watch_works(plan, limits)
+    announce_limits(limit_scopes(limits, cgroup_parent, unwatched), limits, no_cgroup)
+    log.info("python sandbox: bubblewrap jail verified (uid %d, %s python %s, seccomp on, %d MiB disk, cgroup %s)",
+             plan.uid, plan.python, report.get("python"), limits.disk_mb, cgroup_parent or "none")
     return plan
 
 

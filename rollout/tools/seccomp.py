@@ -13,14 +13,23 @@ What it does, in order:
 3. :data:`DENIED` syscalls fail with EPERM: the kernel interfaces behind most container escapes and
    local privilege escalations (ptrace and cross-process memory, bpf, perf, userfaultfd, io_uring,
    keyrings, mounts and namespaces, module and kexec loading, handle-based opens, clock setting);
-4. ``clone3`` fails with ENOSYS, so the C library falls back to ``clone`` (whose flags the kernel
-   and the namespace setup already police) instead of failing;
-5. everything else is allowed.
+   Also denied, because what they allocate escapes every per-process limit (RLIMIT_AS counts only
+   what a process maps): ``memfd_create``/``memfd_secret`` (anonymous files), SysV IPC
+   (``shmget``, ``msgget``, ``semget``) and POSIX message queues (``mq_open``);
+4. ``clone3`` fails with ENOSYS, so the C library falls back to ``clone``, whose flags a filter can
+   read (clone3 passes them in memory);
+5. unless ``allow_fork``: ``clone`` without ``CLONE_THREAD`` (``fork``, ``vfork``, ``posix_spawn``)
+   and the ``fork``/``vfork`` syscalls fail with EPERM. Threads are allowed. The program is then one
+   process, so RLIMIT_AS and RLIMIT_CPU bound the whole call (with ``allow_fork`` they hold per
+   process: a forked child gets a fresh allowance);
+6. ``socket``/``socketpair`` only for ``AF_UNIX`` and ``AF_NETLINK``/``NETLINK_ROUTE`` (interface
+   listing); every other family (``AF_VSOCK``, which reaches the host, ``AF_INET``/``AF_INET6``,
+   whose loopback buffers are kernel memory, ``AF_PACKET``, ``AF_ALG``, ...) fails with EAFNOSUPPORT;
+7. everything else is allowed.
 
 What is NOT covered: it is a deny list, not an allow list (a new kernel interface is allowed until
-it is added here); it does not inspect arguments (``clone`` flags, ``ioctl`` requests, socket
-families). It is defence in depth under the namespaces, the unprivileged uid and
-no-new-privileges, which are the boundary.
+it is added here); it does not inspect ``ioctl`` requests. It is defence in depth under the
+namespaces, the unprivileged uid and no-new-privileges, which are the boundary.
 """
 
 from __future__ import annotations
@@ -31,7 +40,10 @@ import struct
 
 # Offsets in struct seccomp_data and BPF opcodes (linux/filter.h, linux/seccomp.h).
 _NR, _ARCH = 0, 4
-_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_ARG0, _ARG2 = 16, 32  # low 32 bits of args[0] / args[2] (little-endian: both arches here)
+CLONE_THREAD = 0x00010000
+AF_UNIX, AF_NETLINK, NETLINK_ROUTE = 1, 16, 0
 _RET_KILL_PROCESS, _RET_ALLOW, _RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
 _X32_BIT = 0x40000000
 
@@ -46,7 +58,10 @@ DENIED: tuple[str, ...] = (
     "swapon", "swapoff", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at", "syslog",
     "personality", "lookup_dcookie", "vhangup", "settimeofday", "clock_settime", "clock_adjtime",
     "adjtimex", "fanotify_init", "nfsservctl",
+    "memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open",
 )
+#: Denied unless ``allow_fork`` (x86_64 only: aarch64 has no such syscalls, only ``clone``).
+FORK_SYSCALLS: tuple[str, ...] = ("fork", "vfork")
 
 #: Per architecture: (AUDIT_ARCH value, syscall numbers). From the kernel's uapi headers
 #: (asm/unistd_64.h for x86_64, asm-generic/unistd.h for aarch64).
@@ -62,6 +77,8 @@ ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         "open_by_handle_at": 304, "name_to_handle_at": 303, "syslog": 103, "personality": 135,
         "lookup_dcookie": 212, "vhangup": 153, "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305,
         "adjtimex": 159, "fanotify_init": 300, "nfsservctl": 180, "clone3": 435,
+        "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
+        "fork": 57, "vfork": 58, "clone": 56, "socket": 41, "socketpair": 53,
     }),
     "aarch64": (0xC00000B7, {
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "pidfd_getfd": 438,
@@ -74,6 +91,8 @@ ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         "open_by_handle_at": 265, "name_to_handle_at": 264, "syslog": 116, "personality": 92,
         "lookup_dcookie": 18, "vhangup": 58, "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266,
         "adjtimex": 171, "fanotify_init": 262, "nfsservctl": 42, "clone3": 435,
+        "memfd_create": 279, "memfd_secret": 447, "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180,
+        "clone": 220, "socket": 198, "socketpair": 199,
     }),
 }
 
@@ -86,14 +105,30 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)  # struct sock_filter
 
 
-def build_program(machine: str | None = None) -> bytes:
+def _clone_block(numbers: dict[str, int], eperm: int) -> list[bytes]:
+    """``clone`` without CLONE_THREAD (a new process) -> EPERM; a thread -> allowed."""
+    return [_insn(_JEQ_K, 0, 4, numbers["clone"]), _insn(_LD_W_ABS, 0, 0, _ARG0),
+            _insn(_JSET_K, 0, 1, CLONE_THREAD), _insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, eperm)]
+
+
+def _socket_block(numbers: dict[str, int]) -> list[bytes]:
+    """``socket``/``socketpair``: AF_UNIX, or AF_NETLINK with NETLINK_ROUTE; else EAFNOSUPPORT."""
+    refuse = _RET_ERRNO | errno.EAFNOSUPPORT
+    return [_insn(_JEQ_K, 1, 0, numbers["socket"]), _insn(_JEQ_K, 0, 7, numbers["socketpair"]),
+            _insn(_LD_W_ABS, 0, 0, _ARG0), _insn(_JEQ_K, 3, 0, AF_UNIX), _insn(_JEQ_K, 0, 3, AF_NETLINK),
+            _insn(_LD_W_ABS, 0, 0, _ARG2), _insn(_JEQ_K, 0, 1, NETLINK_ROUTE), _insn(_RET_K, 0, 0, _RET_ALLOW),
+            _insn(_RET_K, 0, 0, refuse)]
+
+
+def build_program(machine: str | None = None, *, allow_fork: bool = False) -> bytes:
     """The BPF program (an array of ``struct sock_filter``) for ``machine`` (default: this one)."""
     machine = machine or platform.machine()
     if machine not in ARCHES:
         raise SeccompUnsupportedError(
             f"no seccomp syscall table for architecture {machine!r} (supported: {', '.join(sorted(ARCHES))})")
     audit_arch, numbers = ARCHES[machine]
-    deny = sorted({numbers[name] for name in DENIED})
+    denied = [*DENIED, *([] if allow_fork else [n for n in FORK_SYSCALLS if n in numbers])]
+    deny = sorted({numbers[name] for name in denied})
     eperm, enosys = _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
     prog = [_insn(_LD_W_ABS, 0, 0, _ARCH), _insn(_JEQ_K, 1, 0, audit_arch), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS),
             _insn(_LD_W_ABS, 0, 0, _NR)]
@@ -102,5 +137,8 @@ def build_program(machine: str | None = None) -> bytes:
     prog += [_insn(_JEQ_K, 0, 1, numbers["clone3"]), _insn(_RET_K, 0, 0, enosys)]
     for nr in deny:
         prog += [_insn(_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, eperm)]
+    if not allow_fork:
+        prog += _clone_block(numbers, eperm)
+    prog += _socket_block(numbers)  # both blocks end in a return: the accumulator no longer holds the number
     prog.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
     return b"".join(prog)

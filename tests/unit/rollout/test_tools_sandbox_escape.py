@@ -1,5 +1,6 @@
-"""Escape suite of the python sandbox: each attack class runs twice, with the in-process audit hook
-(as deployed) and WITHOUT it (``audit_hook=False``), so the bubblewrap jail alone must hold.
+"""Escape suite of the python sandbox: each attack class runs three times, with the in-process audit
+hook (as deployed) and WITHOUT it (``audit_hook=False``), so the bubblewrap jail alone must hold, once
+as configured by default and once with ``allow_fork=True`` (no seccomp fork denial to lean on).
 
 An attack prints ``ESCAPED`` when it got through and, without the hook, ``DONE`` once every attempt
 ran (so a failure to escape is the jail's doing, not a bug in the attack). Host-side checks look at
@@ -41,6 +42,8 @@ class Attack:
 
 
 LIBC = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+# The jail's seccomp denies fork unless allow_fork: the attack goes on to its end either way.
+FORK = "import os\ntry:\n    pid = os.fork()\nexcept OSError as e:\n    print('no fork', e)\n    pid = -1\n"
 
 ATTACKS: dict[str, Attack] = {
     # 1. The issue's exploit: rewrite the guard's globals, then run a shell command.
@@ -48,7 +51,8 @@ ATTACKS: dict[str, Attack] = {
         "import __main__ as b\nb.DENY_EXACT = frozenset(); b._inside = lambda p, r: True\n"
         "import sys\nfor m in list(sys.modules.values()):\n    if hasattr(m, 'DENY_EXACT'):\n"
         "        m.DENY_EXACT = frozenset(); m.DENY_PREFIXES = ()\n"
-        "import subprocess\nout = subprocess.run(['id', '-u'], capture_output=True, text=True).stdout.strip()\n"
+        "import subprocess\ntry:\n    out = subprocess.run(['id', '-u'], capture_output=True, text=True).stdout.strip()\n"
+        "except OSError as e:\n    out = 'no process: %s' % e\n"
         "print('ESCAPED as root' if out == '0' else 'uid ' + out)\nprint('DONE')\n"),
     # 2. Re-exec a fresh interpreter (no audit hook) and try to read the host from there.
     "reexec_without_guard": Attack(
@@ -88,7 +92,8 @@ ATTACKS: dict[str, Attack] = {
         "print('DONE')\n"),
     # 8. TCP to a listener on the host's loopback.
     "network_tcp_host_loopback": Attack(
-        "import socket\ns = socket.socket()\ns.settimeout(1)\nrc = s.connect_ex(('127.0.0.1', __PORT__))\n"
+        "import socket\ntry:\n    s = socket.socket()\n    s.settimeout(1)\n    rc = s.connect_ex(('127.0.0.1', __PORT__))\n"
+        "except OSError as e:\n    rc = e\n"
         "print('ESCAPED' if rc == 0 else 'refused', rc)\nprint('DONE')\n"),
     # 9. Abstract unix sockets are per network namespace.
     "network_abstract_unix": Attack(
@@ -103,7 +108,7 @@ ATTACKS: dict[str, Attack] = {
         "import socket\ntry:\n    print('ESCAPED dns', socket.getaddrinfo('pypi.org', 443))\nexcept OSError as e:\n    print('no dns', e)\n"
         "for fam, kind, addr in [(socket.AF_INET, socket.SOCK_DGRAM, ('1.1.1.1', 53)), (socket.AF_INET, socket.SOCK_STREAM, "
         "('1.1.1.1', 443)), (socket.AF_INET6, socket.SOCK_STREAM, ('2606:4700:4700::1111', 443))]:\n"
-        "    s = socket.socket(fam, kind)\n    s.settimeout(1)\n    try:\n        s.connect(addr); s.send(b'x')\n"
+        "    try:\n        s = socket.socket(fam, kind)\n        s.settimeout(1)\n        s.connect(addr); s.send(b'x')\n"
         "        print('ESCAPED', addr)\n    except OSError as e:\n        print('no', addr, e)\nprint('DONE')\n"),
     # 12. Raw and packet sockets (sniffing, spoofing).
     "network_raw_packet": Attack(
@@ -112,12 +117,13 @@ ATTACKS: dict[str, Attack] = {
         "    except OSError as e:\n        print('no', e)\nprint('DONE')\n"),
     # 13. A setsid'd grandchild that outlives the call.
     "detached_setsid_child": Attack(
-        "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-        "        os.execv('/usr/bin/sleep', ['sleep', '__SLEEP__'])\n    os._exit(0)\nos.wait()\nprint('DONE')\n"),
+        FORK + "if pid == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        os.execv('/usr/bin/sleep', ['sleep', '__SLEEP__'])\n    os._exit(0)\nif pid > 0:\n    os.wait()\nprint('DONE')\n"),
     # 14. The same, while the program itself overruns the wall clock and is killed.
     "detached_child_on_timeout": Attack(
-        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-        "        os.execv('/usr/bin/sleep', ['sleep', '__SLEEP__'])\n    os._exit(0)\nos.wait()\nprint('DONE', flush=True)\n"
+        FORK + "import time\nif pid == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        os.execv('/usr/bin/sleep', ['sleep', '__SLEEP__'])\n    os._exit(0)\nif pid > 0:\n    os.wait()\n"
+        "print('DONE', flush=True)\n"
         "time.sleep(60)\n", overruns_wall_clock=True),
     # 15. Fork bomb.
     "fork_bomb": Attack(
@@ -221,11 +227,27 @@ ATTACKS: dict[str, Attack] = {
         "    except OSError as e:\n        print('no', p, e)\n"
         "try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    print('ESCAPED TIOCSTI')\nexcept OSError as e:\n    print('no TIOCSTI', e)\n"
         "print('DONE')\n"),
+    # 29. Memory no rlimit counts (issue 24: +192 MB of memfd pages, +384 MB of SysV shm).
+    "memory_outside_rlimits": Attack(
+        LIBC + "import os\ntry:\n    fd = os.memfd_create('m')\n    os.ftruncate(fd, 1 << 20)\n    print('ESCAPED memfd')\n"
+        "except OSError as e:\n    print('no memfd', e)\n"
+        "for name, call in [('shmget', lambda: libc.shmget(0, 1 << 20, 0o1600)), ('msgget', lambda: libc.msgget(0, 0o1600)),"
+        " ('mq_open', lambda: libc.mq_open(b'/q', os.O_CREAT | os.O_RDWR, 0o600, None))]:\n"
+        "    print('ESCAPED', name) if call() >= 0 else print('no', name, ctypes.get_errno())\nprint('DONE')\n"),
+    # 30. AF_VSOCK shares the host's port space (issue 24); other families the jail has no use for.
+    "vsock_and_other_families": Attack(
+        "import socket\nfor fam, kind in [(40, socket.SOCK_STREAM), (40, socket.SOCK_DGRAM), (38, socket.SOCK_SEQPACKET),"
+        " (16, socket.SOCK_RAW)]:\n    try:\n        socket.socket(fam, kind, 9 if fam == 16 else 0)\n"
+        "        print('ESCAPED family', fam)\n    except OSError as e:\n        print('no', fam, e)\nprint('DONE')\n"),
 }
 
-@pytest.fixture(scope="module", params=[True, False], ids=["with_audit_hook", "jail_only"])
+@pytest.fixture(scope="module", params=[(True, False), (False, False), (False, True)],
+                ids=["with_audit_hook", "jail_only", "jail_only_allow_fork"])
 def sandbox(request: pytest.FixtureRequest) -> PythonSandbox:
-    return PythonSandbox(SandboxSettings(audit_hook=request.param, **LIMITS), max_output_chars=20_000)
+    """As deployed; the jail alone (seccomp denies fork); the jail alone with fork allowed (the pid
+    namespace, not seccomp, must then take every child with the call)."""
+    hook, fork = request.param
+    return PythonSandbox(SandboxSettings(audit_hook=hook, allow_fork=fork, **LIMITS), max_output_chars=20_000)
 
 
 @pytest.fixture
