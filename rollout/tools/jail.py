@@ -14,7 +14,8 @@ What every call gets (:func:`bwrap_argv`):
   namespaces disabled (``--disable-userns``); no-new-privileges (set by bwrap, checked by the probe);
 - **namespaces**: user, pid, network (only a loopback interface), ipc, uts, cgroup, mount;
 - **filesystem**: an empty root, read-only; ``/usr`` and the interpreter's installation read-only;
-  a minimal read-only ``/dev``; no ``/proc``, no ``/sys``, no ``/etc``, no host home or project;
+  a minimal read-only ``/dev``; no ``/proc``, no ``/sys``, no ``/etc`` but ``/etc/alternatives`` (symlinks
+  into ``/usr``), no host home or project;
   the only writable place is ``/tmp``, a tmpfs of ``disk_mb`` (the total disk quota), which is also
   the working directory and vanishes with the call; the program and the bootstrap are read-only
   copies under ``/sandbox``;
@@ -88,9 +89,10 @@ class JailPlan:
 
 
 def _host_dirs() -> list[tuple[str, str | None]]:
-    """/usr and the top-level library dirs: (path, symlink target or None to bind)."""
+    """/usr, the top-level library dirs and ``/etc/alternatives`` (Debian's library symlinks: libblas.so.3, which
+    numpy loads, points through it): (path, symlink target or None to bind)."""
     out: list[tuple[str, str | None]] = [("/usr", None)]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/alternatives"):
         if os.path.islink(top):
             out.append((top, os.readlink(top)))
         elif os.path.isdir(top):

@@ -163,6 +163,13 @@ def test_stdlib_and_installed_packages_are_importable(tool: PythonSandbox) -> No
     assert result.output.strip() == "{2: 3, 3: 2, 5: 1} 1/2"
 
 
+def test_numpy_loads_its_blas_in_the_jail(tool: PythonSandbox) -> None:
+    """Debian's libblas.so.3 is a symlink through /etc/alternatives: without it in the jail numpy cannot import."""
+    result = tool.run({"code": "import numpy\na = numpy.arange(64.0).reshape(8, 8)\nprint(int((a @ a).trace()))"})
+    assert result.error is None, result.output
+    assert result.output.strip() == str(sum((i * 8 + j) * (j * 8 + i) for i in range(8) for j in range(8)))  # trace
+
+
 def test_bad_input_is_an_error_not_an_exception(tool: PythonSandbox) -> None:
     assert tool.run({}).error is not None and "code" in (tool.run({}).error or "")
     assert tool.run({"code": "   "}).error == "empty program; send Python code that prints its result"
