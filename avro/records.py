@@ -244,6 +244,7 @@ class PlannerAction(Event):
     tool: str | None = None
     is_final: bool = False
     engine: str | None = None
+    role: str = "planner"
 
 
 @dataclass(frozen=True)

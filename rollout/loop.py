@@ -261,6 +261,7 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
         adapter_name=gen.adapter_name, adapter_version=gen.adapter_version, sampling=applied_sampling(req, ctx),
         parse_status=parsed.status, prompt_hash=planner.PROMPT_HASH, latency_ms=gen.latency_ms, engine=gen.engine,
         tool=step.tool if step is not None else None, is_final=bool(step is not None and step.is_final),
+        role=planner.ROLE,
     ))
     _count_action(gen, parsed.status)
     observation: Observation | None = None
