@@ -77,10 +77,16 @@ def max_staleness(event: Published) -> int | None:
 
 
 def auto_promote(event: Published, canary_share: float) -> bool:
-    """Whether the version becomes the primary on publication: the publisher's recorded decision, else (pre-v4)
-    the reader's ``canary_share`` decides as it did before v4 (0: no A/B test, promote at once)."""
-    if event.auto_promote is not None:
-        return event.auto_promote
+    """Whether the version becomes the primary on publication (:func:`promotes`)."""
+    return promotes(event.auto_promote, canary_share)
+
+
+def promotes(recorded: bool | None, canary_share: float) -> bool:
+    """A version's auto-promote decision: the publisher's ``recorded`` one, else (pre-v4) the reader's
+    ``canary_share`` decides as it did before v4 (0: no A/B test, promote at once). A version that does not
+    promote itself is tested against the primary: while it is the newest serving one, it is the canary."""
+    if recorded is not None:
+        return recorded
     return canary_share <= 0
 
 

@@ -15,11 +15,12 @@ Per adapter name (a :class:`Line`), with ``canary_share`` (the ``[loop]`` settin
   (:mod:`~streamgrpo.models.lineage_check`: a version below 1, a self, newer or unknown parent, a
   version not newer than the newest or far past it): then it changes nothing. A version above the primary
   whose publisher decided ``auto_promote`` (the trainer's ``canary_share == 0``: no A/B test) becomes the
-  primary at once; every reader applies that recorded decision, whatever its own ``canary_share``, which
-  decides only for events written before contract v4 (:func:`streamgrpo.lifecycle.published.auto_promote`).
-  Otherwise it is a *candidate*: the candidates are the
+  primary at once. Otherwise it is a *candidate*: the candidates are the
   versions above the primary that are not rolled back, rejected, retired or awaiting approval, and
   the newest of them (or of those awaiting approval) is the *canary* that serves the canary share.
+  Every reader applies the recorded decision, whatever its own ``canary_share``, so every fold of one log
+  agrees on the primary and the canary; the reader's ``canary_share`` decides only for announcements
+  written before contract v4, which do not record it (:func:`streamgrpo.lifecycle.published.promotes`).
   The candidates form the *training line under test*: the A/B test pools their groups since
   :attr:`Line.test_since` against the primary's groups since then, and a verdict acts on the newest.
   A version whose parent was rolled back or rejected is born rolled back (it was trained from
@@ -225,8 +226,9 @@ def _settle(line: Line, at: datetime, canary_share: float, test_ended: bool) -> 
     if not candidates:
         since = None
     serving = [*candidates, *(v for v in line.awaiting if v > line.primary)]
-    canary = max(serving) if serving and canary_share > 0 else None
-    return replace(line, canary=canary, test_since=since)
+    newest = line.announced[max(serving)] if serving else None
+    tested = newest is not None and not published.promotes(newest.auto_promote, canary_share)
+    return replace(line, canary=newest.version if tested and newest is not None else None, test_since=since)
 
 
 def _note(line: Line, versions: Iterable[int], decision: Decision) -> Mapping[int, tuple[Decision, ...]]:

@@ -124,3 +124,16 @@ def test_progress_sums_drops_from_either_form() -> None:
     progress.apply(event(2, metrics={"dropped_stale": 100.0}, drops={"stale": 1, "rolled_back": 2}))
     assert progress.loop_closure()["samples_dropped"] == {"stale": 4.0, "duplicate": 2.0, "not_a_sample": 1.0,
                                                           "rolled_back": 2.0}
+
+
+@pytest.mark.parametrize("reader_share", [0.0, 0.5])
+def test_readers_with_different_settings_agree_on_primary_and_canary_of_a_v4_log(reader_share: float) -> None:
+    """The question of the issue: `status` with another config must not derive another primary or canary."""
+    reg = AdapterRegistry(reader_share)
+    for v in (1, 2, 3):
+        reg.apply(event(v, auto_promote=False))  # the trainer runs A/B tests: every version is tested
+    line = reg.line("planner")
+    assert (line.primary, line.canary, line.candidates) == (0, 3, [1, 2, 3])
+    reg.apply(event(4, auto_promote=True))  # a trainer without A/B tests: promoted on publication
+    line = reg.line("planner")
+    assert (line.primary, line.canary, line.candidates) == (4, None, [])
