@@ -19,7 +19,8 @@ is a second copy of an event id (the views keep the first), or the drop rule of
 on a branch the trainer left (not the trainer's weights, not one of their ancestors, a published version
 of a line that had a rollback or rejection: the trainer continues from the primary and drops what the
 discarded versions sampled), ``stale`` when it was more than the trainer's ``max_staleness`` versions
-behind the weights along their lineage (the trainer records the setting in AdapterPublished metrics).
+behind the weights along their lineage (the trainer records the setting as ``AdapterPublished.max_staleness``;
+before contract v4 in its metrics: :func:`streamgrpo.lifecycle.published.max_staleness_sql` reads both).
 What is not covered: versions published with ``publish_every`` > 1 get the lineage of all their steps
 (still exact); a trainer restart that forgot the ids it had seen may train a second copy the view hides; the
 samples of a step that a rollback discarded before it was published count as trained by the next version;
@@ -34,7 +35,7 @@ from typing import Any
 
 from streamgrpo.archive import duck
 from streamgrpo.avro import provenance
-from streamgrpo.lifecycle import pacing
+from streamgrpo.lifecycle import pacing, published
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ SAMPLE_LINEAGE = View(
                                            UNION ALL SELECT adapter_name FROM adapter_rejected)),
     ranges AS (
         SELECT adapter_name, version, parent_version, event_time AS published_at,
-               metrics['{pacing.MAX_STALENESS_METRIC}'] AS max_staleness, unnest(lineage) AS rng
+               {published.max_staleness_sql("max_staleness", "metrics")} AS max_staleness, unnest(lineage) AS rng
         FROM adapter_published),
     trainer_letters AS (
         SELECT source_partition, source_offset, any_value(reason_code) AS reason_code FROM dead_letters

@@ -5,7 +5,8 @@
 archived event of the topic once (the first copy of each ``event_id``). Its columns are those of
 :mod:`.schema`: the envelope, the event's fields, then ``kafka_topic, kafka_partition,
 kafka_offset, kafka_key, kafka_timestamp, event_type``. A topic with no archived file still has
-its view, empty and typed, so queries and reports run on any archive. ``adapter-events`` also has one
+its view, empty and typed, and a field the contract gained after the files were written is a NULL
+column, so queries and reports run on any archive. ``adapter-events`` also has one
 view per event type (``adapter_published``, ``adapter_promoted``, ``adapter_rolled_back``,
 ``adapter_approved``, ``adapter_rejected``). ``all_rewards`` and ``all_training_samples`` add the
 events re-emitted into namespaces (``replay train --judge``) with a ``namespace`` column ('' for
@@ -45,13 +46,16 @@ def _quote(path: Path) -> str:
 
 
 def _source(con: Any, root: Path, topic: str, event_name: str) -> str:
-    """SQL of every archived row of one event type of ``topic`` (an empty typed table when there is none)."""
+    """SQL of every archived row of one event type of ``topic`` with every column of today's contract: the files
+    united with an empty typed table, so a field added after the files were written reads as NULL (an empty
+    typed table alone when there is no file)."""
+    empty = f"_empty_{snake(event_name)}"
+    con.register(empty, pa.Table.from_pylist([], schema=arrow_schema(event_name)))
     directory = type_dir(root, topic, event_name)
     if parts(directory):
         pattern = _quote(directory / "date=*" / "part-*.parquet")
-        return f"SELECT * FROM read_parquet({pattern}, union_by_name=true, hive_partitioning=false)"
-    empty = f"_empty_{snake(event_name)}"
-    con.register(empty, pa.Table.from_pylist([], schema=arrow_schema(event_name)))
+        return (f"SELECT * FROM read_parquet({pattern}, union_by_name=true, hive_partitioning=false) "
+                f"UNION ALL BY NAME SELECT * FROM {empty}")
     return f"SELECT * FROM {empty}"
 
 

@@ -9,8 +9,14 @@ guarantee replay depends on (old events on a topic must decode with the new code
 Releasing: ``python -m streamgrpo.avro.compat release vN`` copies ``schemas/`` to
 ``released/vN/`` after checking it.
 
-What is not covered: FORWARD compatibility (old readers on new data) and logical-type
-compatibility beyond the underlying types.
+FORWARD compatibility (an older release's reader on today's data) is reported by :func:`check_forward`,
+not enforced: each contract version so far only adds defaulted fields, so an older reader that is given the
+writer schema resolves today's bytes (the new fields are skipped). It is given the writer schema only in the
+Confluent wire format (the schema registry serves it); in the single-object encoding an older release does not
+know today's fingerprints and dead-letters today's events (``unknown schema fingerprint``). Upgrade readers
+before writers, or all services together.
+
+What is not covered: logical-type compatibility beyond the underlying types.
 """
 
 from __future__ import annotations
@@ -147,6 +153,19 @@ def check_all() -> dict[str, list[str]]:
             found = problems(old.parsed, new.parsed)
             if found:
                 report.setdefault(name, []).extend(f"{version}: {p}" for p in found)
+    return report
+
+
+def check_forward(reader_release: str) -> dict[str, list[str]]:
+    """Problems of ``reader_release``'s schemas reading what the current schemas write (empty dict: the readers of
+    that release resolve every current event, given its writer schema)."""
+    report: dict[str, list[str]] = {}
+    current = registry.current()
+    for name, old in registry.released()[reader_release].items():
+        new = current.get(name)
+        found = [f"{name}: type removed"] if new is None else problems(new.parsed, old.parsed)
+        if found:
+            report[name] = found
     return report
 
 

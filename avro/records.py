@@ -244,6 +244,7 @@ class PlannerAction(Event):
     tool: str | None = None
     is_final: bool = False
     engine: str | None = None
+    role: str = "planner"
 
 
 @dataclass(frozen=True)
@@ -384,7 +385,11 @@ class AdapterPublished(Event):
     trainer_step: int
     lineage: list[OffsetRange]
     parent_version: int | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # observability only (see the .avsc)
+    drops: dict[str, int] | None = None  # by reason; None: a pre-v4 writer (lifecycle.published reads both)
+    samples_dequeued: int | None = None
+    max_staleness: int | None = None
+    auto_promote: bool | None = None
 
 
 @dataclass(frozen=True)

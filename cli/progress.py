@@ -33,6 +33,7 @@ from typing import Any
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle.health import alarms
+from streamgrpo.lifecycle.published import drops as trainer_drops
 from streamgrpo.lifecycle.stats import VersionStats
 from streamgrpo.models.registry import AdapterRegistry, Line, status
 from streamgrpo.models.stats import is_human
@@ -62,6 +63,7 @@ class Progress:
     groups_training: int = 0
     samples: int = 0
     adapters: list[tuple[float, int, int, dict[str, float]]] = field(default_factory=list)  # (t, version, step, metrics)
+    dropped: dict[str, float] = field(default_factory=dict)  # records the trainer did not train, by reason (all versions)
     serving_version: int = 0
     versions: dict[int, VersionStats] = field(default_factory=lambda: defaultdict(VersionStats))  # the one fold
     rewards: list[tuple[float, int, float]] = field(default_factory=list)  # (t, version, score)
@@ -112,6 +114,8 @@ class Progress:
             self.evaluations.append(event)
         if isinstance(event, R.AdapterPublished):
             self.adapters.append((t, event.version, event.trainer_step, dict(event.metrics)))
+            for reason, n in trainer_drops(event).items():
+                self.dropped[reason] = self.dropped.get(reason, 0.0) + n
             self.published_at[event.version] = event.envelope.event_time
         self.registry.apply(event)  # lifecycle events only (published, promoted, rolled back, verdicts, approvals)
 
@@ -174,12 +178,7 @@ class Progress:
                 continue
             delays.append((served - published).total_seconds())
             steps.append(sum(1 for w, t in self.published_at.items() if w > v and t < served))
-        dropped: dict[str, float] = {}
-        for _, _, _, m in self.adapters:
-            for key, n in m.items():
-                if key.startswith("dropped_") and n:
-                    reason = key.removeprefix("dropped_")
-                    dropped[reason] = dropped.get(reason, 0.0) + n
+        dropped = {reason: n for reason, n in self.dropped.items() if n}
         stale = dropped.get("stale", 0.0)
         trained = sum(m.get("rollouts", 0.0) for _, _, _, m in self.adapters)
         return {

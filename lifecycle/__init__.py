@@ -4,6 +4,8 @@
   admission budget, the trainer's intake capacity, "versions behind", the drop rule (stale / rolled back)
   and the count of samples a version took off the trainer's queue. The fan-out, the trainer, the registry
   fold and the analysis views all call it; a test keeps that arithmetic out of every other module.
+- ``published``: what an ``AdapterPublished`` says (drops by reason, samples dequeued, ``max_staleness``, the
+  auto-promote decision): the typed fields of contract v4 first, the pre-v4 metric keys for older events.
 - ``stats``: what one adapter version did while serving (rewards, successes, rollouts, tool calls, groups),
   one fold that the registry, the A/B test, `run`'s progress line and report and the alarms all read.
 - ``health``: the collapse alarms read from those statistics (answered rate up while reward falls, reward

@@ -24,8 +24,9 @@ the version that sampled it. Everything derived from them lives here:
   less those a published version took off the trainer's queue; records in a version's lineage that no
   group counted as a sample (redelivered duplicates, non-samples: :data:`NOT_QUEUED_DROPS`) are not
   dequeued samples.
-- **the drop counts' keys** (:func:`drop_metrics`, :func:`drops_in`): how the trainer's drops by reason
-  ride in ``AdapterPublished.metrics`` until the contract carries them as typed fields.
+- **the drop counts' keys** (:func:`drop_metrics`, :func:`drops_in`): how a trainer before contract v4
+  carried its drops by reason and ``max_staleness`` in ``AdapterPublished.metrics``. Since v4 they are typed
+  fields; :mod:`streamgrpo.lifecycle.published` reads those first and these keys only for older events.
 
 What is not covered: where the numbers come from (the registry fold, the follower, the trainer's state)
 and what a service does while admission says wait; those stay with their callers.

@@ -3,7 +3,7 @@
 Layout: ``<root>/<adapter_name>/v<version>/`` holding the peft adapter (``adapter_config.json``,
 ``adapter_model.safetensors``), the trainer state (``trainer_state.pt``: optimizer + scheduler
 state, when given) and ``manifest.json`` (version, parent, base model, trainer step, lineage,
-metrics). A version is written to a temporary sibling directory and renamed into place, so a
+metrics, and the typed facts of its ``AdapterPublished``). A version is written to a temporary sibling directory and renamed into place, so a
 reader never sees a half-written version; an existing version is never overwritten.
 
 Shared with rollout workers and ``eval``, which only call :func:`verify_and_load_path` /
@@ -69,6 +69,11 @@ class Manifest:
     lineage: list[OffsetRange] = field(default_factory=list)  # stored as [{topic, partition, start, end}]
     metrics: dict[str, float] = field(default_factory=dict)
     committed: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset to read
+    # the typed facts of the announcement (AdapterPublished v4; None in a manifest written before v4)
+    drops: dict[str, int] | None = None
+    samples_dequeued: int | None = None
+    max_staleness: int | None = None
+    auto_promote: bool | None = None
 
     @classmethod
     def read(cls, directory: Path) -> Manifest:

@@ -13,10 +13,14 @@ Per adapter name (a :class:`Line`), with ``canary_share`` (the ``[loop]`` settin
 
 - ``AdapterPublished`` announces a version, unless it does not follow the line's lineage
   (:mod:`~streamgrpo.models.lineage_check`: a version below 1, a self, newer or unknown parent, a
-  version not newer than the newest or far past it): then it changes nothing. With ``canary_share == 0`` a version above the primary
-  becomes the primary at once (no A/B test). Otherwise it is a *candidate*: the candidates are the
+  version not newer than the newest or far past it): then it changes nothing. A version above the primary
+  whose publisher decided ``auto_promote`` (the trainer's ``canary_share == 0``: no A/B test) becomes the
+  primary at once. Otherwise it is a *candidate*: the candidates are the
   versions above the primary that are not rolled back, rejected, retired or awaiting approval, and
   the newest of them (or of those awaiting approval) is the *canary* that serves the canary share.
+  Every reader applies the recorded decision, whatever its own ``canary_share``, so every fold of one log
+  agrees on the primary and the canary; the reader's ``canary_share`` decides only for announcements
+  written before contract v4, which do not record it (:func:`streamgrpo.lifecycle.published.promotes`).
   The candidates form the *training line under test*: the A/B test pools their groups since
   :attr:`Line.test_since` against the primary's groups since then, and a verdict acts on the newest.
   A version whose parent was rolled back or rejected is born rolled back (it was trained from
@@ -50,16 +54,14 @@ from datetime import datetime
 from typing import TypeAlias
 
 from streamgrpo.avro import records as R
-from streamgrpo.lifecycle import pacing
+from streamgrpo.lifecycle import published
 from streamgrpo.models import lineage_check
-from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
 
 AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRolledBack | R.AdapterApproved
                            | R.AdapterRejected | R.AdapterVerdict)
 LIFECYCLE_EVENTS = (R.AdapterPublished, R.AdapterPromoted, R.AdapterRolledBack, R.AdapterApproved,
                     R.AdapterRejected, R.AdapterVerdict)
-SAMPLES_TOPIC_SUFFIX = catalog.TRAINING_SAMPLES
 log = logging.getLogger(__name__)
 
 
@@ -76,27 +78,30 @@ class Announcement:
     trainer_step: int = 0
     lineage: tuple[R.OffsetRange, ...] = ()
     published_at: datetime | None = None
-    metrics: Mapping[str, float] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)  # observability only
+    #: What the trainer recorded (typed since v4; a pre-v4 event's metric keys and lineage stand in, read by
+    #: :mod:`streamgrpo.lifecycle.published`): records of the lineage not trained, by reason; distinct samples of
+    #: closed groups this version took off the trainer's queue (the records of its ``training-samples`` ranges
+    #: less those never a group's sample: redelivered duplicates, non-samples; admission counts with it, since a
+    #: duplicate counted as consumed would make the queue look shorter than it is); the trainer's
+    #: ``max_staleness`` (None: not recorded); whether the version became the primary on publication (None: the
+    #: publisher did not say, a pre-v4 event: the reader's ``canary_share`` decides).
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    samples_dequeued: int = 0
+    max_staleness: int | None = None
+    auto_promote: bool | None = None
 
     @classmethod
     def of(cls, event: R.AdapterPublished) -> Announcement:
         return cls(event.adapter_name, event.version, event.uri, event.sha256, event.base_model,
                    event.parent_version, event.trainer_step, tuple(event.lineage), event.envelope.event_time,
-                   dict(event.metrics))
+                   dict(event.metrics), published.drops(event), published.samples_dequeued(event),
+                   published.max_staleness(event), event.auto_promote)
 
     @property
     def samples(self) -> int:
         """TrainingSamples consumed since the parent (the sizes of its ``training-samples`` ranges)."""
-        return sum(r.end - r.start + 1 for r in self.lineage if r.topic.endswith(SAMPLES_TOPIC_SUFFIX))
-
-    @property
-    def samples_dequeued(self) -> int:
-        """Distinct samples of closed groups this version took off the trainer's queue: :attr:`samples` less
-        the records in its ranges that were never a group's sample (redelivered duplicates, non-samples; the
-        trainer reports them as ``dropped_duplicate`` / ``dropped_not_a_sample``; the rule is
-        :func:`streamgrpo.lifecycle.pacing.samples_dequeued`). Admission counts with this:
-        a duplicate counted as consumed would make the queue look shorter than it is."""
-        return pacing.samples_dequeued(self.samples, pacing.drops_in(self.metrics))
+        return published.lineage_records(self.lineage)
 
 
 @dataclass(frozen=True)
@@ -221,8 +226,9 @@ def _settle(line: Line, at: datetime, canary_share: float, test_ended: bool) -> 
     if not candidates:
         since = None
     serving = [*candidates, *(v for v in line.awaiting if v > line.primary)]
-    canary = max(serving) if serving and canary_share > 0 else None
-    return replace(line, canary=canary, test_since=since)
+    newest = line.announced[max(serving)] if serving else None
+    tested = newest is not None and not published.promotes(newest.auto_promote, canary_share)
+    return replace(line, canary=newest.version if tested and newest is not None else None, test_since=since)
 
 
 def _note(line: Line, versions: Iterable[int], decision: Decision) -> Mapping[int, tuple[Decision, ...]]:
@@ -254,7 +260,7 @@ def _published(line: Line, event: R.AdapterPublished, canary_share: float) -> Ou
         new = replace(new, rolled_back=new.rolled_back | {v},
                       history=_note(new, [v], Decision("rolled_back", at, "registry", reason)))
         return new, [Announced(ann), RolledBack(event.adapter_name, frozenset({v}), line.primary)], False
-    if v not in line.discarded and v > line.primary and canary_share <= 0:
+    if v not in line.discarded and v > line.primary and published.auto_promote(event, canary_share):
         new = replace(new, primary=v)
     return new, [Announced(ann)], False
 

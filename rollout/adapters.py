@@ -20,7 +20,8 @@ Guarantees:
 - Hot swap never pulls a version from under in-flight work: the loop passes the version
   explicitly on each call, and pins it for a trajectory (:meth:`AdapterFollower.pinned`); the policy
   never evicts a pinned or primary version. "Primary" means what it means everywhere (the registry):
-  the version serving groups outside the canary share, so with ``canary_share = 0`` the newest
+  the version serving groups outside the canary share, so with ``canary_share = 0`` (recorded by the trainer as
+  ``AdapterPublished.auto_promote``) the newest
   published version.
 - A rolled-back or rejected version starts no new group here: :meth:`AdapterFollower.serving_version`
   gives the worker the primary instead, for the whole group (groups already running finish on it).

@@ -264,6 +264,7 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
         parse_status=parsed.status, prompt_hash=planner.EXAMPLE_HASHES[planner.example_for(traj.analysis, ctx.planner_examples)],
         latency_ms=gen.latency_ms, engine=gen.engine,
         tool=step.tool if step is not None else None, is_final=bool(step is not None and step.is_final),
+        role=planner.ROLE,
     ))
     _count_action(gen, parsed.status)
     observation: Observation | None = None

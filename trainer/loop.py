@@ -42,6 +42,7 @@ from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.heartbeat import Heartbeat
 from streamgrpo.lifecycle import pacing
+from streamgrpo.lifecycle.published import typed_fields
 from streamgrpo.models import adapter_store as store
 from streamgrpo.models.base import resolve_base_model
 from streamgrpo.models.grammar import GrammarReplay
@@ -132,6 +133,8 @@ def adapter_event(manifest: store.Manifest, uri: str, sha256: str) -> R.AdapterP
         base_model=manifest.base_model, trainer_step=manifest.trainer_step,
         lineage=list(manifest.lineage),
         parent_version=manifest.parent_version, metrics=dict(manifest.metrics),
+        drops=None if manifest.drops is None else dict(manifest.drops), samples_dequeued=manifest.samples_dequeued,
+        max_staleness=manifest.max_staleness, auto_promote=manifest.auto_promote,
     )
 
 
@@ -268,13 +271,16 @@ def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: Traine
 
 def publish(producer: EventProducer, state: TrainerState, cfg: TrainerConfig) -> R.AdapterPublished:
     """Store the adapter as the next version and announce it (flushed) -> the event."""
-    # the analysis tells trained from stale samples by the recorded max_staleness
+    # the facts (drops, dequeued count, max_staleness, promotion) are typed fields; the pre-v4 metric keys stay for
+    # one release so that a v3 reader during an upgrade still reads them (lifecycle.published.LEGACY_KEYS)
     metrics = {**state.last_metrics, **pacing.drop_metrics(state.dropped, cfg.max_staleness)}
+    lineage = state.lineage.offset_ranges()
     manifest = store.Manifest(
         adapter_name=cfg.adapter_name, version=max(state.version, state.published) + 1,
         parent_version=state.version or None,
-        base_model=cfg.base_model, trainer_step=state.step, lineage=state.lineage.offset_ranges(), metrics=metrics,
+        base_model=cfg.base_model, trainer_step=state.step, lineage=lineage, metrics=metrics,
         committed=state.lineage.next_offsets(state.committed),
+        **typed_fields(state.dropped, lineage, cfg.max_staleness, cfg.canary_share),
     )
     trainer_state = {"optimizer": state.optimizer.state_dict(), "scheduler": state.scheduler.state_dict()}
     path, sha = store.write_version(cfg.adapter_store, manifest, state.model, trainer_state)

@@ -22,6 +22,9 @@ from collections.abc import Sequence
 from streamgrpo.rollout.roles.types import NextStep, QueryAnalysis, ToolFirstStep, TurnRecord, prompt_hash
 from streamgrpo.rollout.structured import Parsed, parse_into
 
+#: The agent role of this module's actions (``PlannerAction.role``).
+ROLE = "planner"
+
 SYSTEM_TEMPLATE = """You plan the steps of a tool-using assistant. Reply with ONE JSON object only:
 {schema}
 Tools:

@@ -46,7 +46,8 @@ def _produce(kafka: KafkaSettings) -> None:
     p = EventProducer(kafka, "tests")
     pub = _sample(R.AdapterPublished)
     for v in (1, 2, 3):
-        p.send(dataclasses.replace(pub, envelope=_env("trainer", salt=v), version=v, parent_version=v - 1 or None))
+        p.send(dataclasses.replace(pub, envelope=_env("trainer", salt=v), version=v, parent_version=v - 1 or None,
+                                   auto_promote=False))  # a trainer with canary_share 0.5, as `status` below
     p.send(dataclasses.replace(_sample(R.AdapterPromoted), envelope=_env("streams"), version=2, previous_version=1))
     state = _sample(R.AdapterState)
     for v, status in ((1, R.AdapterStatus.RETIRED), (2, R.AdapterStatus.PRIMARY)):

@@ -107,6 +107,9 @@ def test_loop_drops_stale_samples_and_counts_them(kafka_ns, tiny_base, tmp_path)
     assert published[0].metrics["dropped_stale"] == 2.0
     assert published[0].metrics["dropped_malformed"] == 1.0
     assert published[0].metrics["dropped_sampling_mismatch"] == 1.0
+    # contract v4: the same facts as typed fields (the metric keys stay for v3 readers for one release)
+    assert published[0].drops == {"stale": 2, "malformed": 1, "sampling_mismatch": 1}
+    assert published[0].samples_dequeued == 6 and published[0].max_staleness == cfg.max_staleness
     assert sum(r.end - r.start + 1 for r in published[0].lineage) == 6  # consumed 6, trained 2
     letters = [r.event for r in read_topic(kafka_ns, "dead-letters")]
     assert [(d.reason_code, d.source_topic) for d in letters] == [("trainer_malformed", "training-samples"),

@@ -164,5 +164,6 @@ def test_a_resent_sample_after_a_restart_is_not_trained_twice(kafka_ns, tiny_bas
     published = asyncio.run(run_trainer(cfg, kafka_ns))
     assert [e.version for e in published] == [2]
     assert published[0].metrics.get("dropped_duplicate") == 1.0
+    assert published[0].drops == {"duplicate": 1} and published[0].samples_dequeued == 2  # typed (contract v4)
     lineage = {(r.partition, o) for r in published[0].lineage for o in range(r.start, r.end + 1)}
     assert len(lineage) == 3  # the copy was consumed (and dropped) with the two new samples

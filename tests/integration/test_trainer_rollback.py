@@ -69,6 +69,7 @@ def test_after_a_rollback_the_next_adapter_continues_from_the_primary(kafka_ns, 
     out = asyncio.run(run_trainer(config(tiny_base, tmp_path, max_steps=3), kafka_ns))
     assert [(e.version, e.parent_version) for e in out] == [(3, 1)]
     assert out[0].metrics["dropped_rolled_back"] == 2.0  # v2's samples are not trained on
+    assert out[0].drops == {"rolled_back": 2} and out[0].samples_dequeued == 4  # the typed fields (contract v4)
     adam_steps = {v: optimizer_steps(tmp_path, v) for v in (1, 2, 3)}
     assert adam_steps == {1: 1, 2: 2, 3: 2}  # v3's optimizer continued from v1's state (1 step), not v2's (2)
     assert out[0].trainer_step == 3  # the trainer's own step count goes on

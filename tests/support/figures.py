@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle import published
 
 Log = dict[str, list[tuple[R.Event, int, int]]]  # topic -> (event, partition, offset), first copy of each id
 
@@ -146,7 +147,8 @@ def lineage(log: Log, adapter: str) -> dict[int, dict[str, str | None]]:
         for r in ev.lineage:
             for s, p, o in samples:
                 if r.topic == "training-samples" and p == r.partition and r.start <= o <= r.end:
-                    stale = (ev.parent_version or 0) - s.behaviour_version > ev.metrics.get("max_staleness", 1e18)
+                    limit = published.max_staleness(ev)
+                    stale = limit is not None and (ev.parent_version or 0) - s.behaviour_version > limit
                     inside[s.event_id] = ("other_adapter" if s.adapter_name != adapter else letters.get((p, o))
                                           or ("stale" if stale else None))
         out[ev.version] = inside

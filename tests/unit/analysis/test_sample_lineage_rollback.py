@@ -2,7 +2,9 @@
 staleness counts along the lineage -- the trainer's rule (lifecycle.pacing over the registry fold), in SQL.
 
 History: v1 <- v2 <- v3 published, v3 rolled back to v1 (v2 and v3 discarded), then v4 <- v5 from v1, with
-``max_staleness`` 1. Each version's lineage holds samples of the versions listed in :data:`BATCHES`.
+``max_staleness`` 1. Each version's lineage holds samples of the versions listed in :data:`BATCHES`. The trainer
+records ``max_staleness`` as the typed field (contract v4), as a metric key (before v4), or as a metric key in an
+archive whose files predate the v4 columns (:data:`FORMS`); the view reads the same from all three.
 """
 
 from __future__ import annotations
@@ -13,18 +15,22 @@ import pytest
 from support.history import SyntheticLog, env
 
 from streamgrpo.analysis.views import connect
-from streamgrpo.archive.store import ArchiveWriter
+from streamgrpo.archive.store import ArchiveWriter, parts, type_dir
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
 from streamgrpo.models.registry import AdapterRegistry, ancestors
+from streamgrpo.topics import catalog
 
 PARENTS = {1: None, 2: 1, 3: 2, 4: 1, 5: 4}
 #: version -> the behaviour versions of the samples its lineage covers
 BATCHES = {1: [0, 0], 2: [1, 0], 3: [2, 1], 4: [3, 2, 1, 0], 5: [4, 1, 0]}
 MAX_STALENESS = 1
+#: how the announcements record max_staleness: v4 typed field / pre-v4 metric key / pre-v4 key in pre-v4 files
+FORMS = ("typed", "metric", "metric-in-old-files")
+V4_COLUMNS = ("drops", "samples_dequeued", "max_staleness", "auto_promote")
 
 
-def history() -> SyntheticLog:
+def history(form: str = "typed") -> SyntheticLog:
     log, t = SyntheticLog(), 0.0
     for version, behaviours in BATCHES.items():
         first = None
@@ -41,11 +47,29 @@ def history() -> SyntheticLog:
         log.put(R.AdapterPublished(env("pub", t, task_id=str(version)), "planner", version, f"file:///a/v{version}",
                                    "a" * 64, "base", version,
                                    [R.OffsetRange("training-samples", last.partition, first.offset, last.offset)],
-                                   PARENTS[version], metrics={"max_staleness": float(MAX_STALENESS)}))
+                                   PARENTS[version], **recorded(form)))
         if version == 3:
             t += 1
             log.put(R.AdapterRolledBack(env("rb", t, task_id="3"), "planner", 3, 1, "worse than v1"))
     return log
+
+
+def recorded(form: str) -> dict[str, object]:
+    if form == "typed":
+        return {"metrics": {"loss": 0.5}, "max_staleness": MAX_STALENESS, "drops": {}, "samples_dequeued": 0}
+    return {"metrics": {"max_staleness": float(MAX_STALENESS)}}
+
+
+def strip_v4_columns(root: Path) -> None:
+    """Rewrite the archived AdapterPublished files as a pre-v4 archive wrote them: without the v4 columns."""
+    import pyarrow.parquet as pq
+
+    directory = type_dir(root, catalog.ADAPTER_EVENTS, R.AdapterPublished.SCHEMA_NAME)
+    files = parts(directory)
+    assert files
+    for path in files:
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(list(V4_COLUMNS)), path)
 
 
 def trainer_rule(log: SyntheticLog) -> dict[tuple[int, int], tuple[str | None, int]]:
@@ -64,13 +88,16 @@ def trainer_rule(log: SyntheticLog) -> dict[tuple[int, int], tuple[str | None, i
     return out
 
 
-@pytest.fixture(scope="module")
-def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, int], tuple[str | None, int]]:
+@pytest.fixture(scope="module", params=FORMS)
+def rows(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> dict[tuple[int, int], tuple[str | None, int]]:
     root: Path = tmp_path_factory.mktemp("archive")
-    log = history()
+    log = history(request.param.removesuffix("-in-old-files"))
     writer = ArchiveWriter(root)
     writer.add_all(log.records)
     writer.flush()
+    if request.param == "metric-in-old-files":
+        strip_v4_columns(root)
     con = connect(root)
     try:
         got = con.execute("SELECT trained_version, behaviour_version, drop_reason, staleness FROM sample_lineage"

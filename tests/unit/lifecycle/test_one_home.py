@@ -26,6 +26,7 @@ ALLOWED = {
     ("trainer/loop.py", "len(samples) < cfg.samples_per_step"): "collect() fills one step, the step's size",
     ("trainer/loop.py", "cfg.samples_per_step - len(samples)"): "how many samples the step still lacks",
     ("trainer/loop.py", "len(intake) < need"): "whether the intake holds what the step still lacks",
+    ("lifecycle/published.py", "event.max_staleness is not None"): "whether a v4 writer recorded the setting",
 }
 #: Modules that applied the rule with their own formula before it had a home; each must call it now.
 CALLERS = ("streams/fanout.py", "streams/follower.py", "trainer/intake.py", "trainer/rollback.py",

@@ -111,6 +111,7 @@ def test_lockstep_batches_active_trajectories_and_emits_all_events():
         assert [a.envelope.turn for a in actions] == list(range(1, len(script) + 1))
         assert all(len(a.action_token_ids) == len(a.behaviour_logprobs) > 0 for a in actions)
         assert all(a.prompt_hash == planner.PROMPT_HASH and a.adapter_version == 2 for a in actions)
+        assert all(a.role == planner.ROLE == "planner" for a in actions)  # the agent role (contract v4)
         assert len(of(events, R.Verdict, rid)) == len(script)
         done = of(events, R.RolloutCompleted, rid)
         assert len(done) == 1 and done[0].envelope.group_id == "group-1" and done[0].envelope.task_id == "task-1"

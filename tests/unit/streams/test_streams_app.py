@@ -77,7 +77,8 @@ def test_loop_gauges_and_arms_come_from_the_workers_view(tmp_path: Path) -> None
     published = next(e for e in sample_events() if isinstance(e, R.AdapterPublished))
     for v in (1, 2):
         view.apply(dataclasses.replace(published, envelope=R.Envelope.new("trainer"), adapter_name="planner",
-                                       version=v, parent_version=v - 1 or None))
+                                       version=v, parent_version=v - 1 or None,
+                                       auto_promote=False))  # a trainer with the same canary_share > 0
     view.note_requested("g1", 4)
     view.note_requested("g2", 4)
     m = metrics.start("streams", 0)
