@@ -86,7 +86,10 @@ class BrokerLogFilter(logging.Filter):
         client = _library(record.name, CLIENT_LOGGERS)
         if record.levelno < logging.WARNING or not (client or _library(record.name, OTHER_LOGGERS)):
             return True
-        text = record.getMessage()
+        try:
+            text = record.getMessage()
+        except (TypeError, ValueError):  # a malformed record: the handler reports it, as without this filter
+            return True
         with self.lock:
             now, was_down = self.clock(), self.outage.down
             if CONNECTION.search(text):
