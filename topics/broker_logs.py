@@ -9,8 +9,8 @@ confluent-kafka producers and admin clients, through the ``librdkafka`` logger o
 - a connection error (:data:`CONNECTION`) starts or continues an outage of the configured broker
   (:class:`~streamgrpo.topics.outage.OutageLog`): the first one is logged as one WARNING with the broker
   address and a hint, the rest are counted and summarised at most once per ``[kafka]
-  outage_log_interval_s`` ("unreachable since ..."), and every other aiokafka/librdkafka line of the
-  outage is counted with them (they are its consequences);
+  outage_log_interval_s`` ("unreachable since ..."), and every other aiokafka, librdkafka and Faust
+  transport line of the outage is counted with them (they are its consequences);
 - while an outage lasts, a probe thread asks the broker for metadata every few seconds; the first answer
   logs one INFO line ("reachable again after N s") and ends the outage;
 - any other line repeated by those libraries is logged at most once per interval and key (logger and
@@ -39,10 +39,11 @@ from streamgrpo.topics.outage import Line, OutageLog, Repeats
 
 log = logging.getLogger(__name__)
 
-#: Loggers of the Kafka client libraries: while the broker is unreachable, all they say is a consequence.
-CLIENT_LOGGERS = ("aiokafka", "kafka", "librdkafka")
-#: Faust and mode on top of them, and asyncio (where a client task's unretrieved error surfaces): only their
-#: connection errors count as the outage; their other lines are rate-limited, never counted as the outage's.
+#: Loggers of the Kafka clients (Faust's transport included: its "no fetch request for N s" errors per
+#: partition): while the broker is unreachable, all they say is a consequence.
+CLIENT_LOGGERS = ("aiokafka", "kafka", "librdkafka", "faust.transport")
+#: The rest of Faust and mode, and asyncio (where a client task's unretrieved error surfaces): only their
+#: connection errors count as the outage; their other lines (an agent's crash) are rate-limited, never counted.
 OTHER_LOGGERS = ("faust", "mode", "asyncio")
 #: What aiokafka, librdkafka and Faust log when a broker cannot be reached (case-insensitive search).
 CONNECTION = re.compile(
