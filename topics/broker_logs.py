@@ -56,6 +56,8 @@ CONNECTION = re.compile(
 )
 #: Numbers (offsets, ids, milliseconds) do not make a repeated line new.
 _DIGITS = re.compile(r"\d+")
+#: Attribute holding the filter's verdict on a record it has seen.
+_VERDICT = "_streamgrpo_broker_verdict"
 #: The name under which the filter's own lines appear.
 LOGGER_NAME = "streamgrpo.topics.broker"
 
@@ -84,6 +86,14 @@ class BrokerLogFilter(logging.Filter):
         self.lock = threading.Lock()  # librdkafka's lines, the probe thread and the event loop
 
     def filter(self, record: logging.LogRecord) -> bool:
+        seen = getattr(record, _VERDICT, None)  # one filter in front of several handlers: one verdict per record
+        if seen is not None:
+            return bool(seen)
+        verdict = self._judge(record)
+        setattr(record, _VERDICT, verdict)
+        return verdict
+
+    def _judge(self, record: logging.LogRecord) -> bool:
         client = _library(record.name, CLIENT_LOGGERS)
         if record.levelno < logging.WARNING or not (client or _library(record.name, OTHER_LOGGERS)):
             return True

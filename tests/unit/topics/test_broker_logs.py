@@ -34,12 +34,18 @@ class Rig:
         self.filter = BrokerLogFilter(OutageLog("127.0.0.1:9", interval_s), Repeats(interval_s),
                                       on_outage=self.started, clock=lambda: self.now)
         self.handler.filters.insert(0, self.filter)
+        self.second_out = io.StringIO()
+        self.second = logging.StreamHandler(self.second_out)
+        self.second.setFormatter(self.handler.formatter)
+        self.second.addFilter(self.filter)
 
     def started(self) -> None:
         self.outages += 1
 
     def log(self, name: str, level: int, msg: str, *args: object) -> None:
-        self.handler.handle(logging.LogRecord(name, level, __file__, 1, msg, args, None))
+        record = logging.LogRecord(name, level, __file__, 1, msg, args, None)
+        self.handler.handle(record)
+        self.second.handle(record)  # a second handler with the same filter: the record is not counted twice
 
     def recover(self) -> None:
         """The probe's call when the broker answers; its line goes to the :data:`LOGGER_NAME` logger."""
@@ -78,6 +84,7 @@ def test_a_flood_of_client_errors_is_a_few_lines_and_one_recovery_line() -> None
     assert "WARNING streamgrpo.judge.service: not a client line: kept" in lines
     assert lines[-1].startswith("INFO streamgrpo.topics.broker: Kafka broker 127.0.0.1:9 reachable again after 10 s")
     assert "s3cr3t" not in rig.out.getvalue()
+    assert rig.second_out.getvalue().splitlines() == lines[:-1]  # the same verdicts (the recovery goes to one)
 
 
 def test_other_repeated_library_lines_are_bounded_per_interval_and_counted() -> None:
