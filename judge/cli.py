@@ -118,6 +118,9 @@ def judge(ctx: click.Context, bootstrap: str | None, routes: tuple[str, ...], de
     if cache_sqlite is not None:
         settings.cache.sqlite_path = cache_sqlite
     kafka = load(KafkaSettings, "kafka", path=config_path, overrides={"bootstrap": bootstrap})
+    from streamgrpo.topics.broker_logs import watch as watch_broker
+
+    watch_broker(kafka)  # bounded, rate-limited client logs while the broker is unreachable
     metrics.start("judge", settings.metrics_port)
     stats = asyncio.run(_serve(kafka, settings, max_idle_s))
     click.echo(json.dumps({"rollouts": stats.rollouts, "rewards_ok": stats.rewards_ok,

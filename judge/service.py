@@ -201,15 +201,14 @@ class JudgeService:
         s = self.settings
         producer = EventProducer(self.kafka, SERVICE)
         consumer = EventConsumer(self.kafka, s.consumer_group, [catalog.ROLLOUTS], SERVICE, dlq=producer,
-                                 alive=self.heartbeat.beat)
+                                 alive=self.heartbeat.beat, stop=stop)
         stop_tasks = asyncio.Event()
         follower = asyncio.create_task(
             LogFollower(self.kafka, [catalog.TASKS], fold_events(self.tasks.apply), max_records=s.batch_size).run(stop_tasks))
         started = finished = False
         try:
             with ThreadPoolExecutor(max_workers=s.llm.concurrency, thread_name_prefix="judge") as pool:
-                await consumer.start()
-                started = True
+                started = await consumer.start()  # False: stopped while waiting for the broker
                 await self._loop(consumer, producer, pool, follower, max_idle_s, stop)
                 finished = True
         finally:

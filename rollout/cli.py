@@ -202,6 +202,9 @@ def rollout(ctx: click.Context, bootstrap: str | None, concurrency: int | None, 
         overrides.update(ASK_MODEL_MODES)
     cfg = _settings(ctx, overrides)
     kafka = load(KafkaSettings, "kafka", path=(ctx.obj or {}).get("config_path"), overrides={"bootstrap": bootstrap})
+    from streamgrpo.topics.broker_logs import watch as watch_broker
+
+    watch_broker(kafka)  # bounded, rate-limited client logs while the broker is unreachable
     metrics.start("rollout", cfg.metrics_port)
     stats = asyncio.run(serve(cfg, kafka, max_rollouts=max_rollouts))
     click.echo(f"rollouts={stats.rollouts} groups={stats.groups} statuses={dict(stats.statuses)} "

@@ -115,7 +115,7 @@ class RolloutWorker:
         watch = asyncio.create_task(self._watch(stop))
         try:
             async with EventConsumer(self.kafka, group_id=self.config.consumer_group, topics=[TOPIC],
-                                     service=self.config.service) as consumer:
+                                     service=self.config.service, stop=stop) as consumer:
                 await self._consume(consumer, stop, max_rollouts)
         finally:
             watch.cancel()

@@ -193,6 +193,12 @@ class KafkaSettings(StrictModel):
         description="Consumer-group session timeout. The embedded Tansu broker answers a group join only after "
         "half of it (10 s -> 5 s joins); tests use 3 s. Production Kafka: keep 10-45 s.",
     )
+    outage_log_interval_s: float = Field(
+        default=30.0, ge=1.0, le=3600.0,
+        description="While the broker is unreachable, the services log its first error, then at most one summary "
+        "line per this many seconds (errors suppressed, since when) and one line when it answers again; other "
+        "repeated Kafka client lines: at most one per this many seconds each.",
+    )
 
 
 class BrokerSettings(StrictModel):

@@ -65,6 +65,9 @@ def streams(ctx: click.Context, only: str | None, loglevel: str, **opts: Any) ->
     if only:
         opts["agents"] = [a.strip() for a in only.split(",") if a.strip()]
     settings, kafka = _settings(ctx, **opts)
+    from streamgrpo.topics.broker_logs import watch as watch_broker
+
+    watch_broker(kafka)  # bounded, rate-limited client logs while the broker is unreachable
     metrics.start("streams", settings.metrics_port)
     app = create_app(settings, kafka)
     worker = faust.Worker(app, loglevel=loglevel, override_logging=False, quiet=True, redirect_stdouts=False)

@@ -14,6 +14,10 @@ failures:
   records nothing as polled, and a service that crashes calls :meth:`EventConsumer.abandon` before it
   stops, so no commit (not even the one before a revoke) moves past what the crash left unhandled.
 
+A broker that does not answer at start is waited for with backoff (:meth:`EventConsumer.start`); one that goes
+away later is retried by aiokafka itself (fetches, heartbeats, commits), and its logs are bounded by
+:mod:`~streamgrpo.topics.broker_logs`.
+
 Offsets are committed only by :meth:`EventConsumer.commit` (never automatically), after the pending
 dead letters are acknowledged: at-least-once, nothing lost. A dead letter that cannot be delivered is
 retried with backoff and then PAUSES the consumer (:func:`~streamgrpo.topics.dead_letter.deliver`):
@@ -33,7 +37,12 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, KafkaTimeoutError, RebalanceInProgressError
+from aiokafka.errors import (
+    CommitFailedError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    RebalanceInProgressError,
+)
 
 from streamgrpo import metrics
 from streamgrpo.avro.codec import Codec
@@ -45,6 +54,7 @@ from streamgrpo.topics.dead_letter import dead_letter as build_dead_letter
 from streamgrpo.topics.dedup import RecentIds
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.topics.received import Received, received
+from streamgrpo.topics.reconnect import StopSignal, start_when_reachable
 
 __all__ = ["EventConsumer", "Received"]
 log = logging.getLogger(__name__)
@@ -81,8 +91,10 @@ class EventConsumer:
         dead_lettered_ids: RecentIds | None = None,
         alive: Callable[[], object] | None = None,
         backoff: Backoff = Backoff(),
+        stop: StopSignal | None = None,
         **aiokafka_overrides: Any,
     ) -> None:
+        """``stop``: a start that waits for an unreachable broker gives up once it is set (see :meth:`start`)."""
         self.kafka = kafka
         self.group_id = group_id
         self.topics = topics
@@ -96,6 +108,8 @@ class EventConsumer:
         self.dead_lettered_ids = dead_lettered_ids if dead_lettered_ids is not None else RecentIds()
         self.alive = alive
         self.backoff = backoff
+        self.stop_signal = stop
+        self.started = False
         self._pending: dict[TopicPartition, int] = {}
         self._unacked: list[DeadLetter] = []
         self.dead_lettered = 0
@@ -109,13 +123,26 @@ class EventConsumer:
             heartbeat_interval_ms=max(100, min(3_000, kafka.session_timeout_ms // 3)),
         )
         kwargs.update(aiokafka_overrides)
+        self._kwargs = kwargs
         self._consumer = AIOKafkaConsumer(**kwargs)
 
-    async def start(self) -> None:
+    async def start(self) -> bool:
+        """Join the group. A broker that does not answer is waited for with backoff (a service started before
+        its broker does not exit into a restart loop; :mod:`~streamgrpo.topics.reconnect`); False when the
+        ``stop`` signal was set while waiting (nothing started)."""
         if self._dlq is None:
             self._dlq = EventProducer(self.kafka, self.service, self.codec)
+        self.started = await start_when_reachable(self._attempt_start, stop=self.stop_signal, alive=self.alive)
+        return self.started
+
+    async def _attempt_start(self) -> None:
         self._consumer.subscribe([topic_name(self.kafka, t) for t in self.topics], listener=_Listener(self))
-        await self._consumer.start()
+        try:
+            await self._consumer.start()
+        except KafkaConnectionError:
+            await self._consumer.stop()
+            self._consumer = AIOKafkaConsumer(**self._kwargs)  # a failed start leaves a client that cannot restart
+            raise
 
     async def stop(self) -> None:
         try:

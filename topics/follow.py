@@ -17,6 +17,8 @@ last batch from ``watermark - 1``.
 Uses: the streams follower (admission, A/B), the rollout adapter follower, the judge's task table,
 the run's progress tracker, and the synchronous :func:`read_topic` / :func:`iter_topic` (a thread
 runs the follower) for ``streamgrpo tail``, audits and tests.
+A follower that runs until stopped waits for a broker that does not answer at start
+(:mod:`~streamgrpo.topics.reconnect`); a snapshot read (``until_caught_up``) fails at once with a TopicsError.
 What is not covered: compaction while reading (a compacted record is simply not seen), transactions
 (control batches are skipped; a partition whose last batch is one falls back to its watermark).
 """
@@ -29,10 +31,10 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from streamgrpo.avro.codec import Codec
 from streamgrpo.avro.records import Event
@@ -40,6 +42,7 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.topics.clients import aiokafka_config, logical_name, topic_name
 from streamgrpo.topics.errors import TopicsError
 from streamgrpo.topics.received import Received, received
+from streamgrpo.topics.reconnect import StopSignal, start_when_reachable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,12 +51,6 @@ T = TypeVar("T")
 RecordHandler = Callable[[list[Received]], Awaitable[None]]
 #: Offset ranges to read: (logical topic, partition) -> [start, stop); partitions not named are not read.
 Ranges = Mapping[tuple[str, int], tuple[int, int]]
-
-
-class StopSignal(Protocol):
-    """``asyncio.Event`` or ``threading.Event``: the follower stops once it is set."""
-
-    def is_set(self) -> bool: ...
 
 
 def fold_events(apply: Callable[[Event], object]) -> RecordHandler:
@@ -134,12 +131,9 @@ class LogFollower:
     async def run(self, stop: StopSignal | None = None, *, until_caught_up: bool = False) -> None:
         """Follow until ``stop`` is set, or (``until_caught_up``) until every record below the ends at start
         was handled; records at or beyond those ends are then not handed over (a consistent snapshot)."""
-        consumer = AIOKafkaConsumer(**aiokafka_config(self.kafka), group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=100)
-        try:
-            await consumer.start()
-        except KafkaError as exc:
-            raise TopicsError(f"cannot reach Kafka at {self.kafka.bootstrap} to read {self.topics}: {exc}") from exc
+        consumer = await self._connect(stop, wait=not until_caught_up)
+        if consumer is None:
+            return
         try:
             pending = await self._start(consumer)
             idle_since = time.monotonic()
@@ -153,6 +147,37 @@ class LogFollower:
                 pending = await self._still_pending(consumer, pending)
         finally:
             await consumer.stop()
+
+    def _client(self) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(**aiokafka_config(self.kafka), group_id=None, enable_auto_commit=False,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=100)
+
+    async def _connect(self, stop: StopSignal | None, wait: bool) -> AIOKafkaConsumer | None:
+        """A started client. ``wait``: an unreachable broker is waited for (None if ``stop`` is set meanwhile);
+        otherwise it is a TopicsError at once."""
+        client = [self._client()]
+
+        async def attempt() -> None:
+            try:
+                await client[0].start()
+            except KafkaConnectionError:
+                await client[0].stop()
+                client[0] = self._client()  # a failed start leaves a client that cannot restart
+                raise
+
+        try:
+            if wait:
+                started = await start_when_reachable(attempt, stop=stop)
+            else:
+                await client[0].start()
+                started = True
+        except KafkaError as exc:
+            await client[0].stop()
+            raise TopicsError(f"cannot reach Kafka at {self.kafka.bootstrap} to read {self.topics}: {exc}") from exc
+        if not started:
+            await client[0].stop()
+            return None
+        return client[0]
 
     async def _start(self, consumer: AIOKafkaConsumer) -> set[TopicPartition]:
         await consumer.topics()  # refresh metadata

@@ -74,6 +74,9 @@ def trainer(ctx: click.Context, bootstrap: str | None, topic_prefix: str | None,
     cfg = load(TrainerConfig, "trainer", path=config_path, overrides=overrides)
     kafka = load(KafkaSettings, "kafka", path=config_path,
                  overrides={"bootstrap": bootstrap, "topic_prefix": topic_prefix})
+    from streamgrpo.topics.broker_logs import watch as watch_broker
+
+    watch_broker(kafka)  # bounded, rate-limited client logs while the broker is unreachable
     metrics.start("trainer", cfg.metrics_port)
     published = asyncio.run(_run(cfg, kafka))
     click.echo(f"published {len(published)} adapter version(s)"

@@ -376,7 +376,7 @@ async def run_trainer(cfg: TrainerConfig, kafka: KafkaSettings, stop: asyncio.Ev
                      remembered)
         await asyncio.wait_for(reader.caught_up.wait(), timeout=120)  # a rollback in the history applies first
         async with EventConsumer(kafka, cfg.group_id, [SAMPLES_TOPIC], SERVICE, dlq=producer,
-                                 commit_on_revoke=False, alive=heartbeat.beat) as consumer:
+                                 commit_on_revoke=False, alive=heartbeat.beat, stop=stop) as consumer:
             return await train(consumer, producer, state, cfg, stop, heartbeat)
     finally:
         following.set()
