@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8, help="rollouts per task")
     ap.add_argument("--temperature", type=float, nargs="+", default=[0.7, 1.0])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--planner-examples", choices=["fixed", "analysis"], default="fixed",
+                    help="[rollout] planner_examples: the planner prompt's worked example")
     a = ap.parse_args()
 
     import torch
@@ -49,7 +51,7 @@ def main() -> None:
     from streamgrpo.streams.fanout import FanoutPolicy, fan_out
     from streamgrpo.tasks.builtin import train_tasks
 
-    cfg = RolloutConfig(policy="local")
+    cfg = RolloutConfig(policy="local", planner_examples=a.planner_examples)
     policy = build_policy(cfg)
     ctx = build_context(cfg, policy)
     scorer = build_scorer("correct")
@@ -83,7 +85,7 @@ def main() -> None:
             return round(sum(1 - p**k - (1 - p) ** k for p in rates) / max(1, len(rates)), 3)
 
         print(json.dumps({
-            "kind": a.kind, "tasks": len(rows), "group": a.group, "temperature": temperature,
+            "kind": a.kind, "planner_examples": a.planner_examples, "tasks": len(rows), "group": a.group, "temperature": temperature,
             "correct": round(sum(sum(v) for v in per_task.values()) / max(1, n), 3),
             "groups_with_variance": round(sum(0 < sum(v) < len(v) for v in per_task.values()) / max(1, len(per_task)), 3),
             "expected_groups_with_variance": {k: expected(k) for k in (2, 4, 8, 16)},
