@@ -7,13 +7,17 @@ the versions of a line one after another, each trained from an announced parent,
 
 - its version is below 1 (0 is the base model, never published);
 - its parent is itself, is newer than it, or was never announced (0, the base model, always is);
-- it is not newer than the newest announced version (a version is never re-announced with other
-  content: the same version again is a redelivery, which the fold ignores before asking);
-- it jumps more than :data:`MAX_VERSION_GAP` past the newest announced version.
+- it is not newer than the newest announced version;
+- it jumps more than :data:`MAX_VERSION_GAP` past the newest announced version;
+- it announces an announced version again with another sha256 (:func:`reannounced`; the same version
+  with the same sha256 is a redelivery, which changes nothing and is no refusal).
 
+The fold returns a :class:`~streamgrpo.models.registry.Refused` change with the reason; the streams
+follower turns each refused record into one dead letter (reason code :data:`REASON_CODE`,
+:mod:`streamgrpo.streams.refusals`); the other readers log it.
 What is not covered: the adapter's files and sha256 (a pure fold cannot read them: a rollout worker
-verifies them before it loads a version, and the fan-out does not yet), who may write
-``adapter-events`` (Kafka ACLs), and turning a refusal into a dead letter (each reader's shell).
+verifies them before it loads a version and refuses it, logged and counted; the fan-out does not), and
+who may write ``adapter-events`` (Kafka ACLs).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from streamgrpo.avro import records as R
 #: Largest step from the newest announced version to a new one. The trainer publishes consecutive
 #: versions; a larger jump is forged or lost history (and would leave the line unable to follow).
 MAX_VERSION_GAP = 64
+#: The dead-letter reason code of a refused announcement.
+REASON_CODE = "adapter_lineage"
 
 
 def refusal(event: R.AdapterPublished, announced: Collection[int], latest: int) -> str | None:
@@ -44,3 +50,12 @@ def refusal(event: R.AdapterPublished, announced: Collection[int], latest: int) 
     if v > latest + MAX_VERSION_GAP:
         return f"v{v} jumps more than {MAX_VERSION_GAP} versions past v{latest}, the newest announced version"
     return None
+
+
+def reannounced(event: R.AdapterPublished, announced_sha256: str) -> str | None:
+    """Why ``event``, naming an announced version, is refused: another sha256 than the announced one
+    (None: the same content, a redelivery)."""
+    if event.sha256 == announced_sha256:
+        return None
+    return (f"v{event.version} was announced with sha256 {announced_sha256[:12]}...; a second announcement with "
+            f"sha256 {event.sha256[:12]}... changes nothing (a version is never re-announced with other content)")

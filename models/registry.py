@@ -13,7 +13,8 @@ Per adapter name (a :class:`Line`), with ``canary_share`` (the ``[loop]`` settin
 
 - ``AdapterPublished`` announces a version, unless it does not follow the line's lineage
   (:mod:`~streamgrpo.models.lineage_check`: a version below 1, a self, newer or unknown parent, a
-  version not newer than the newest or far past it): then it changes nothing. A version above the primary
+  version not newer than the newest or far past it, an announced version with another sha256): then it changes
+  nothing and the fold returns a :class:`Refused` change that says why. A version above the primary
   whose publisher decided ``auto_promote`` (the trainer's ``canary_share == 0``: no A/B test) becomes the
   primary at once. Otherwise it is a *candidate*: the candidates are the
   versions above the primary that are not rolled back, rejected, retired or awaiting approval, and
@@ -182,7 +183,18 @@ class RolledBack:
     restored: int
 
 
-Change: TypeAlias = Announced | PrimaryChanged | RolledBack
+@dataclass(frozen=True)
+class Refused:
+    """An ``AdapterPublished`` that changed nothing because it does not follow its line
+    (:mod:`~streamgrpo.models.lineage_check`); ``reason`` says why. The fold's readers that own a
+    dead-letter path write one per refused record (the streams follower)."""
+
+    adapter_name: str
+    version: int
+    reason: str
+
+
+Change: TypeAlias = Announced | PrimaryChanged | RolledBack | Refused
 
 
 def status(line: Line, version: int) -> R.AdapterStatus:
@@ -210,7 +222,7 @@ def apply(state: RegistryState, event: R.Event, canary_share: float) -> tuple[Re
     line = state.line(event.adapter_name)
     new, changes, ended = _HANDLERS[type(event)](line, event, canary_share)
     if new == line:
-        return state, []
+        return state, changes  # nothing, or the Refused of an announcement that does not follow its line
     new = _settle(new, event.envelope.event_time, canary_share, ended)
     if new.primary != line.primary:
         changes.append(PrimaryChanged(event.adapter_name, new.primary))
@@ -244,9 +256,13 @@ Outcome: TypeAlias = tuple[Line, list[Change], bool]  # (line, changes, the runn
 def _published(line: Line, event: R.AdapterPublished, canary_share: float) -> Outcome:
     v = event.version
     if v in line.announced:
-        return line, [], False
-    if (why := lineage_check.refusal(event, line.announced, line.latest)) is not None:
+        why = lineage_check.reannounced(event, line.announced[v].sha256)
+    else:
+        why = lineage_check.refusal(event, line.announced, line.latest)
+    if why is not None:
         log.warning("AdapterPublished %s@v%d refused: %s", event.adapter_name, v, why)
+        return line, [Refused(event.adapter_name, v, why)], False
+    if v in line.announced:  # a redelivery of the same announcement
         return line, [], False
     ann = Announcement.of(event)
     at = event.envelope.event_time

@@ -8,7 +8,9 @@
   ranges in every AdapterPublished lineage, less the redelivered duplicates in them: those were never
   counted as produced) -> samples waiting for the trainer.
 These feed admission (:func:`~streamgrpo.lifecycle.pacing.admit`, by way of the fan-out) and the version choice. (The A/B
-controller keeps its own follower: :mod:`streamgrpo.streams.ab_controller`.)
+controller keeps its own follower: :mod:`streamgrpo.streams.ab_controller`.) ``apply`` returns the
+announcements the registry fold refused; the follower dead-letters them, and the records of
+``adapter-events`` that do not decode (:mod:`streamgrpo.streams.refusals`).
 
 :class:`StreamsFollower` runs the fold under the project's one log follower
 (:class:`~streamgrpo.topics.follow.LogFollower`: every partition, no consumer group, so every worker
@@ -30,10 +32,11 @@ from aiokafka.errors import KafkaError
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
 from streamgrpo.lifecycle.pacing import Backlog
-from streamgrpo.models.registry import AdapterRegistry, Announced, Line
+from streamgrpo.models.registry import AdapterRegistry, Announced, Line, Refused
 from streamgrpo.streams.app import StreamsContext
+from streamgrpo.streams.refusals import RefusalLetters
 from streamgrpo.topics import catalog
-from streamgrpo.topics.follow import LogFollower, fold_events
+from streamgrpo.topics.follow import LogFollower
 
 log = logging.getLogger(__name__)
 TOPICS = (catalog.ADAPTER_EVENTS, catalog.GROUPS, catalog.ROLLOUT_REQUESTS)
@@ -69,15 +72,21 @@ class LoopView:
             if group_id not in self.closed:
                 self.open[group_id] = group_size
 
-    def apply(self, event: R.Event) -> None:
+    def apply(self, event: R.Event) -> list[Refused]:
+        """Fold one event; returns the announcements the registry refused (they changed nothing)."""
         if isinstance(event, R.RolloutRequest):
             self.note_requested(event.envelope.group_id or "", event.group_size)
         elif isinstance(event, R.GroupClosed):
             self._closed(event)
         else:
+            refused = []
             for change in self.registry.apply(event):
                 if isinstance(change, Announced):
                     self.consumed += change.announcement.samples_dequeued
+                elif isinstance(change, Refused):
+                    refused.append(change)
+            return refused
+        return []
 
     def _closed(self, event: R.GroupClosed) -> None:
         gid = event.envelope.group_id or ""
@@ -111,15 +120,21 @@ class StreamsFollower:
 
 
 def follower_for(ctx: StreamsContext) -> StreamsFollower:
-    """The worker's one follower (created and started on first use)."""
+    """The worker's one follower (created and started on first use), with the dead letters of what it refuses."""
     if ctx.follower is not None:
         return ctx.follower
     view = LoopView(ctx.settings.canary_share)
-    follower = StreamsFollower(view, LogFollower(ctx.kafka, TOPICS, fold_events(view.apply), codec=ctx.codec))
+    letters = RefusalLetters(ctx, view.apply)
+    follower = StreamsFollower(view, LogFollower(ctx.kafka, TOPICS, letters.handle, codec=ctx.codec))
+    letters.caught_up = follower.caught_up
     ctx.follower = follower
 
     async def run_follower() -> None:
         await follower.run()
 
+    async def run_letters() -> None:
+        await letters.run()
+
     ctx.app.task(run_follower)
+    ctx.app.task(run_letters)
     return follower

@@ -10,7 +10,7 @@ import pytest
 
 from streamgrpo.avro import records as R
 from streamgrpo.models.lineage_check import MAX_VERSION_GAP, refusal
-from streamgrpo.models.registry import AdapterRegistry
+from streamgrpo.models.registry import AdapterRegistry, Refused
 
 
 def published(version: int, parent: int | None) -> R.AdapterPublished:
@@ -42,3 +42,19 @@ def test_forged_announcements_never_serve(version: int, parent: int | None, frag
 def test_refusal_reasons_name_the_problem() -> None:
     assert refusal(published(5, 4), {1, 2}, 2) == "v5 names v4 as its parent, which was never announced"
     assert refusal(published(3, 2), {1, 2}, 2) is None
+
+
+def test_the_fold_says_why_it_refused_and_a_redelivery_is_no_refusal() -> None:
+    """The fold returns a Refused change with the reason (the streams follower dead-letters it); an announced version
+    again with another sha256 is refused too, the same announcement again is a redelivery and changes nothing."""
+    reg = AdapterRegistry(0.0)
+    reg.apply(published(1, None))
+    assert reg.apply(published(3, 3)) == [Refused("planner", 3, "v3 names itself as its parent")]
+    forged = reg.apply(published(2147483647, 1))
+    assert [(r.version, "jumps more than" in r.reason) for r in forged if isinstance(r, Refused)] == [(2147483647, True)]
+    before = reg.line("planner")
+    assert reg.apply(published(1, None)) == []  # a new event id, the same content: a redelivery
+    other = R.AdapterPublished(R.Envelope.new("trainer"), "planner", 1, "file:///a/1", "cd" * 32, "base", 1, [])
+    (refused,) = reg.apply(other)
+    assert isinstance(refused, Refused) and refused.version == 1 and "v1 was announced with sha256 abab" in refused.reason
+    assert reg.line("planner") == before and reg.line("planner").primary == 1
