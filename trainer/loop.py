@@ -22,6 +22,8 @@ everything polled (:mod:`streamgrpo.trainer.intake`), so a group that closed ear
 not go stale behind later groups on the others, and before a step that publishes, a held sample the next
 version would make too stale is taken with everything ahead of it (the step grows). Commits stop at what
 the intake still holds.
+Start: the trainer reads the ``adapter-events`` history before anything else; a broker that does not answer
+is waited for (bounded logs, liveness beating) and SIGTERM stops the wait (:func:`history_read`).
 Backpressure: the intake holds at most the admission budget plus one step, and nothing is polled while
 a step runs.
 Not covered: several trainers in one consumer group (one trainer process per training run).
@@ -358,6 +360,28 @@ async def train(consumer: SampleSource, producer: EventProducer, state: TrainerS
     return published
 
 
+async def history_read(caught_up: asyncio.Event, follower: asyncio.Task[None], stop: asyncio.Event | None,
+                       heartbeat: Heartbeat) -> bool:
+    """Wait until the ``adapter-events`` follower has read the whole history (True) or ``stop`` is set (False).
+    The follower waits for a broker that does not answer (:mod:`~streamgrpo.topics.reconnect`: bounded logs), so a
+    trainer started before its broker waits instead of exiting into a restart loop; it beats ``heartbeat`` meanwhile
+    (waiting is not hung). A follower that ended first raises its error (a missing topic, ...)."""
+    waits = {asyncio.ensure_future(caught_up.wait()), follower}
+    if stop is not None:
+        waits.add(asyncio.ensure_future(stop.wait()))
+    try:
+        while not caught_up.is_set() and not (stop is not None and stop.is_set()):
+            heartbeat.beat()
+            done, _ = await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            if follower in done and not caught_up.is_set():
+                follower.result()  # raises the follower's error
+                raise TrainerError("the adapter-events follower ended before reading the history")
+    finally:
+        for w in waits - {follower}:
+            w.cancel()
+    return caught_up.is_set() and not (stop is not None and stop.is_set())
+
+
 async def run_trainer(cfg: TrainerConfig, kafka: KafkaSettings, stop: asyncio.Event | None = None
                       ) -> list[R.AdapterPublished]:
     """Resume, then train on ``training-samples``; returns the events published by this run."""
@@ -369,12 +393,15 @@ async def run_trainer(cfg: TrainerConfig, kafka: KafkaSettings, stop: asyncio.Ev
     reader = rollback.follower(state, kafka)
     follower = asyncio.create_task(reader.run(following))
     try:
+        # the broker answers (waited for), and a rollback in the history applies first
+        if not await history_read(reader.caught_up, follower, stop, heartbeat):
+            log.info("stopped before adapter-events was read (broker unreachable?): nothing consumed or committed")
+            return []
         await asyncio.to_thread(announce_if_missing, producer, kafka, cfg)
         remembered = await asyncio.to_thread(remember_trained, state, kafka)
         if remembered:
             log.info("remembered the ids of %d samples the stored adapter was trained on (resends are dropped)",
                      remembered)
-        await asyncio.wait_for(reader.caught_up.wait(), timeout=120)  # a rollback in the history applies first
         async with EventConsumer(kafka, cfg.group_id, [SAMPLES_TOPIC], SERVICE, dlq=producer,
                                  commit_on_revoke=False, alive=heartbeat.beat, stop=stop) as consumer:
             return await train(consumer, producer, state, cfg, stop, heartbeat)
