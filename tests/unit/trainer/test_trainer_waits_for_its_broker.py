@@ -5,8 +5,8 @@ broker): before, it waited at most 120 s for its ``adapter-events`` follower to 
 its stop signal (SIGTERM did nothing), then exited with a TimeoutError traceback (under k8s or ``streamgrpo run``: a
 restart loop); with a stored adapter it exited at once on the announce check's snapshot read. Now it waits with
 backoff (:mod:`streamgrpo.topics.reconnect`), says once that the broker is unreachable and then at most one summary
-per ``[kafka] outage_log_interval_s``, and exits 0 on SIGTERM. That it then trains when a broker answers is what
-every trainer integration test does (each starts its trainer beside a running broker).
+per ``[kafka] outage_log_interval_s``, and exits 0 on SIGTERM. That it then trains when a broker answers, and waits
+with a stored adapter too: ``integration/test_trainer_broker_start.py``.
 """
 
 from __future__ import annotations
