@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 
 from streamgrpo import metrics
 from streamgrpo.avro import records as R
-from streamgrpo.models.stats import is_human
+from streamgrpo.lifecycle.stats import is_human
 from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds

@@ -47,7 +47,7 @@ def test_error_reward_is_a_failure() -> None:
 def test_human_rewards_are_told_apart_from_the_judge() -> None:
     from dataclasses import replace
 
-    from streamgrpo.models.stats import is_human
+    from streamgrpo.lifecycle.stats import is_human
 
     person = replace(reward(0.0, 1, 1002.0), judge=R.JudgeInfo("human:ada", "human"))
     assert is_human(person) and not is_human(reward(1.0, 1, 1000.0))  # the metrics agent skips what this says
