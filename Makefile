@@ -82,9 +82,12 @@ bench-long: setup ## The long benchmarks (TRL's extra is installed first): TRL s
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(BIN)/python bench/run_all.py trl trl_learning learning run_throughput
 
-lint: setup ## ruff + mypy
+# The top-level package folders, read from pyproject.toml's package-dir (the one list of packages).
+PACKAGE_FOLDERS = $(shell $(BIN)/python -c 'import tomllib; dirs = tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"].values(); print(" ".join(dict.fromkeys(d.split("/")[0] for d in dirs)))')
+
+lint: setup ## ruff + mypy (mypy on every package folder of pyproject.toml)
 	$(BIN)/ruff check .
-	$(BIN)/mypy streamgrpo cli tasks models lifecycle evaluation archive analysis replay avro topics streams trainer rollout judge serve
+	$(BIN)/mypy $(PACKAGE_FOLDERS)
 
 fmt: setup ## Format with ruff
 	$(BIN)/ruff format .

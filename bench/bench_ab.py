@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 
-from streamgrpo.models.stats import Arm, VersionStats
+from streamgrpo.lifecycle.stats import Arm, VersionStats
 from streamgrpo.streams.ab_controller import policy_from
 from streamgrpo.streams.ab_core import ABInput, ABPolicy, decide
 from streamgrpo.streams.config import StreamsSettings

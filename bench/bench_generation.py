@@ -256,8 +256,8 @@ def table(rows: dict[str, Any]) -> str:
     cols = [("n8_tokens_per_s", "N=8 tok/s"), ("n8_speedup", "N=8 x"), ("n8_paired_speedup_median", "N=8 x (paired median)"),
             ("n8_turn1_speedup", "N=8 turn 1 x"), ("n8_later_speedup", "N=8 turn 2 x"),
             ("n4_tokens_per_s", "N=4 tok/s"), ("n4_speedup", "N=4 x"), ("c2_tokens_per_s", "conc. 2 tok/s"),
-            ("c2_speedup", "conc. 2 x"), ("logprob_gap_vs_fp32_mean", "|dlogp| mean"),
-            ("logprob_gap_vs_fp32_max", "|dlogp| max"), ("load_s", "load s")]
+            ("c2_speedup", "conc. 2 x"), ("logprob_gap_vs_fp32_mean", "abs dlogp mean"),
+            ("logprob_gap_vs_fp32_max", "abs dlogp max"), ("load_s", "load s")]
     lines = ["| configuration | " + " | ".join(c[1] for c in cols) + " |", "|---|" + "---|" * len(cols)]
     for name, row in rows.items():
         lines.append(f"| {name} | " + " | ".join(str(row.get(k, "-")) for k, _ in cols) + " |")

@@ -6,10 +6,13 @@ names the baseline measured in the same run.
 
     python bench/run_all.py                 # all but the long ones
     python bench/run_all.py codec broker    # a subset (the other sections keep their last results)
-    python bench/run_all.py --render        # re-write BENCHMARKS.md from bench/results.json, run nothing
+    python bench/run_all.py --render        # re-write BENCHMARKS.md (and docs/benchmarks/) from bench/results.json
 
 BENCHMARKS.md holds tables only: a section per benchmark with its command, machine, date and baseline. The
 hand-written `## Learning` section (docs/learning.md's owner) is carried over from the current file verbatim.
+A benchmark with ``rows`` shows only those rows of its tables there (its headline figures, so the file stays
+about one screen per benchmark) and links its full section, every table of the run, written to
+docs/benchmarks/<name>.md.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class Bench:
     long: bool = False  # 12-80 min (or an optional install): runs only when named
     hide: tuple[str, ...] = ()  # result keys (flattened prefixes) left out of the tables
     settings: tuple[str, ...] = ()  # numeric result keys (flattened prefixes) that are settings, not figures
+    #: The rows (first cell) of its own table and its pivots that BENCHMARKS.md shows; None: all of them, no
+    #: detail page; set: the full section goes to docs/benchmarks/<name>.md (a table with none of them is left out).
+    rows: tuple[str, ...] | None = None
 
 
 # Reading notes that used to be prose in BENCHMARKS.md, kept here where they explain a figure:
@@ -61,13 +67,16 @@ BENCHES: dict[str, Bench] = {
                                "pace_ms")),
     "generation": Bench(("bench_generation.py", "--threads", "1", "--groups", "4", "--max-turns", "2"),
                         "Planner generation engines on real planner calls (SmolLM2-135M, CPU)",
-                        "eager_fp32 (the transformers-forward loop)", hide=("results",)),
+                        "eager_fp32 (the transformers-forward loop)", hide=("results",),
+                        rows=("eager_fp32", "fast_fp32", "fast_bf16")),
     "rollout": Bench(("bench_rollout.py", "--groups", "8", "--group-size", "4", "--max-turns", "4", "--max-new-tokens",
                       "64", "--concurrency", "2", "4", "--modes", "stop_at_json_end"),
-                     "Rollout worker throughput: concurrency 4 (default) vs 2", "concurrency 2"),
+                     "Rollout worker throughput: concurrency 4 (default) vs 2", "concurrency 2",
+                     rows=("rollouts_per_s", "planner_actions_per_s", "wall_s")),
     "trainer_step": Bench(("bench_trainer_step.py", "--steps", "3"),
                           "Trainer step on realistic samples (SmolLM2-135M, CPU)", "fp32_before (the fp32 path)",
-                          hide=("modes", "data")),
+                          hide=("modes", "data"), rows=("s per step (median)", "trainer tokens/s",
+                                                        "speed-up vs fp32_before", "peak RSS MB")),
     "trainer_events": Bench(("bench_trainer_events.py", "--steps", "4"),
                             "The event path's overhead per trainer step (consume, publish, commit)",
                             "the optimizer step itself (train_step_s)",
@@ -78,30 +87,35 @@ BENCHES: dict[str, Bench] = {
                     "Knowledge search: own BM25 vs bm25s on 100k passages", "own BM25 (pure Python)",
                     hide=("own", "bm25s")),
     "math_agreement": Bench(("bench_math_agreement.py",), "Math judge: v1 (own parser) vs v2 (math-verify)",
-                            "v1 and math-verify alone on the case table"),
+                            "v1 and math-verify alone on the case table", rows=()),
     "ab": Bench(("bench_ab.py", "--runs", "1000"), "A/B test of adapter versions (simulation of the decision core)",
                 "equal arms (false-promotion rate vs alpha)",
                 settings=("runs_per_scenario", "seed", "canary_share", "alpha", "mde", "min_groups", "max_groups",
-                          "group_size", "run_profile_canary_groups")),
+                          "group_size", "run_profile_canary_groups"),
+                rows=("promoted_better", "rolled_back_worse", "rolled_back_guardrail", "groups_to_decision_p50")),
     "constrain": Bench(("bench_constrain.py", "--limit", "32", "--samples", "4", "--temperature", "0.7"),
                        "Grammar-constrained planner replies vs free sampling + repair (base SmolLM2)",
                        "constrain = off (free sampling, then repair)", long=True, hide=("results",)),
     "mcp": Bench(("bench_mcp.py", "--calls", "200", "--solve", "3"), "MCP",
                  "the built-in calculator call"),
     "trl": Bench(("bench_trl.py",), "streamgrpo vs TRL GRPOTrainer, same model and steps", "TRL GRPOTrainer",
-                 long=True, hide=("trl", "streamgrpo")),
+                 long=True, hide=("trl", "streamgrpo"),
+                 rows=("s_per_step", "generated_tokens_per_s", "trainer_tokens_per_s", "peak_rss_mb", "reward_last2")),
     "trl_learning": Bench(("bench_trl_learning.py", "--budget-s", "1800"),
                           "Held-out accuracy after 30 minutes: TRL GRPOTrainer vs `streamgrpo run`",
                           "TRL GRPOTrainer; the base model", long=True,
-                          hide=("trl", "streamgrpo", "heldout_base", "workdir", "eval_commands")),
+                          hide=("trl", "streamgrpo", "heldout_base", "workdir", "eval_commands"),
+                          rows=("optimizer steps", "base accuracy [95% CI]", "after accuracy [95% CI]",
+                                "paired difference vs base [95% CI]")),
     "learning": Bench(("bench_learning.py", "1800", "--runs", "3", "--plot", "docs/learning_heldout_3seeds.png"),
                       "Held-out accuracy of `streamgrpo run` after 30 minutes (3 seeds)", "the base model",
                       long=True, hide=("table", "per_run[*].heldout_base", "per_run[*].publish_to_first_rollout_s.n",
                                        "per_run[*].never_served", "per_run[*].heldout_tasks"),
-                      settings=("duration_s", "runs")),
+                      settings=("duration_s", "runs"), rows=()),
     "run_throughput": Bench(("bench_run.py", "--duration", "600", "--concurrency", "2", "4"),
                             "Whole-loop throughput: `streamgrpo run` rollouts per minute by concurrency",
-                            "concurrency 2", long=True),
+                            "concurrency 2", long=True,
+                            rows=("rollouts_per_min", "groups_training", "adapters_published", "stale_share")),
     "vllm": Bench(("bench_vllm.py", "--group-size", "8", "--max-new-tokens", "64", "--rounds", "3"),
                   "Planner generation on a local vLLM server vs the local policy (SmolLM2-135M, N=8, CPU)",
                   "the local policy", long=True, hide=("results",)),
@@ -113,6 +127,9 @@ RUN_KEYS = {"bench", "command", "seconds", "date", "machine", "notes", "host", "
 #: The hand-written section carried over from the current BENCHMARKS.md.
 HAND_SECTION = "## Learning"
 HAND_PLACEHOLDER = "<!-- learning: filled by docs/learning.md owner -->"
+#: Where a benchmark with ``rows`` has its full section (relative to ROOT), and the first line of such a page.
+DETAIL_DIR = "docs/benchmarks"
+DETAIL_MARK = "<!-- generated by bench/run_all.py from bench/results.json: do not edit -->"
 
 
 def this_machine() -> str:
@@ -203,12 +220,63 @@ def _pairs(scalars: list[tuple[str, object]], per_row: int = 3) -> list[str]:
             *(_row([c for k, v in row for c in (k, _fmt(v))] + ["", ""] * (n - len(row))) for row in rows)]
 
 
-def render_section(r: dict[str, object]) -> list[str]:
-    """One benchmark's section: title, a header line (command, machine, date, baseline), its tables."""
+def _cells(line: str) -> list[str]:
+    """The cells of a markdown table row, as written (an escaped ``\\|`` stays inside its cell)."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def _cut_table(table: list[str], rows: tuple[str, ...]) -> list[str]:
+    """A table's header and the rows whose first cell is in ``rows``, or else (a pivot the other way round) its
+    first column and the columns whose header is in ``rows``; [] when it has none of them."""
+    body = [line for line in table[2:] if _cells(line)[:1] and _cells(line)[0] in rows]
+    if body:
+        return [*table[:2], *body]
+    header = _cells(table[0])
+    keep = [0, *(i for i, c in enumerate(header) if i and c in rows)]
+    if len(keep) == 1:
+        return []
+    return ["| " + " | ".join(cells[i] for i in keep) + " |" if n != 1 else "|" + "---|" * len(keep)
+            for n, cells in enumerate(_cells(line) for line in table)]
+
+
+def _only_rows(text: str, rows: tuple[str, ...]) -> list[str]:
+    """Markdown ``text`` with each table cut by :func:`_cut_table`; a table with none of ``rows`` is left out,
+    and the whole text (its prose too) when no table is left."""
+    paragraphs, kept_any = [], False
+    for paragraph in re.split(r"\n\s*\n", text.strip()):
+        lines = paragraph.splitlines()
+        table = [line for line in lines if line.startswith("|")]
+        if not table:
+            paragraphs.append(lines)
+            continue
+        cut = _cut_table(table, rows)
+        if cut:
+            kept_any = True
+            paragraphs.append([line for line in lines if not line.startswith("|")] + cut)
+    return [line for lines in paragraphs for line in [*lines, ""]] if kept_any else []
+
+
+def detail_path(name: str) -> str:
+    """Where a benchmark with ``rows`` has its full section, relative to ROOT."""
+    return f"{DETAIL_DIR}/{name}.md"
+
+
+def _has_detail(r: dict[str, object]) -> bool:
+    bench = BENCHES.get(str(r.get("bench")))
+    return bench is not None and bench.rows is not None and "error" not in r
+
+
+def render_section(r: dict[str, object], summary: bool = False) -> list[str]:
+    """One benchmark's section: title, a header line (command, machine, date, baseline), its tables.
+
+    ``summary``: BENCHMARKS.md's version, only the bench's ``rows`` of its own table and pivots, with a link to
+    the full section (:func:`render_detail`)."""
     name = str(r.get("bench"))
     bench = BENCHES.get(name, Bench((), name, "-"))
-    lines = [f"## {bench.title}",
-             f"`{r.get('command')}` · {r.get('machine', '-')} · {r.get('date', '-')} · baseline: {bench.baseline}"]
+    cut = summary and _has_detail(r)
+    link = f" · full tables: [{detail_path(name)}]({detail_path(name)})" if cut else ""
+    lines = [f"## {bench.title}", f"`{r.get('command')}` · {r.get('machine', '-')} · {r.get('date', '-')} · "
+                                  f"baseline: {bench.baseline}{link}"]
     if "error" in r:
         return [*lines, "", "**Failed in this run:**", "", "```", str(r["error"]).strip(), "```", ""]
     has_table = "table" in r and not _hidden("table", bench.hide)
@@ -219,7 +287,7 @@ def render_section(r: dict[str, object]) -> list[str]:
             continue
         pivot = _pivot(k, v, bench.hide)
         if pivot:
-            pivots += [*pivot, ""]
+            pivots += _only_rows("\n".join(pivot), bench.rows or ()) if cut else [*pivot, ""]
         else:
             scalars += [(fk, fv) for fk, fv in _flatten(k, v) if not _hidden(fk, bench.hide)]
     # a run whose results are its own table: every scalar is a setting; else the words are, the numbers results
@@ -232,8 +300,21 @@ def render_section(r: dict[str, object]) -> list[str]:
     if figures:
         lines += [*_pairs(figures), ""]
     if has_table:
-        lines += [str(r["table"]).strip(), ""]
+        lines += _only_rows(str(r["table"]), bench.rows or ()) if cut else [str(r["table"]).strip(), ""]
     return lines + pivots
+
+
+def render_detail(r: dict[str, object]) -> str:
+    """The page of a benchmark with ``rows``: its full section, every table of the run."""
+    title, *rest = render_section(r)
+    return "\n".join([DETAIL_MARK, "#" + title.removeprefix("##"), "",
+                      "Every table of the run; [BENCHMARKS.md](../../BENCHMARKS.md) shows the headline rows.", "",
+                      *rest]).rstrip() + "\n"
+
+
+def details(results: list[dict[str, object]]) -> dict[str, str]:
+    """Path (relative to ROOT) -> text of every detail page these results make."""
+    return {detail_path(str(r["bench"])): render_detail(r) for r in results if _has_detail(r)}
 
 
 def render(results: list[dict[str, object]], hand_section: str = "") -> str:
@@ -248,7 +329,7 @@ def render(results: list[dict[str, object]], hand_section: str = "") -> str:
     ]
     order = list(BENCHES)
     for r in sorted(results, key=lambda r: order.index(str(r["bench"])) if r.get("bench") in BENCHES else 99):
-        lines += render_section(r)
+        lines += render_section(r, summary=True)
     lines += [hand_section.strip() or f"{HAND_SECTION}\n\n{HAND_PLACEHOLDER}", ""]
     return "\n".join(lines)
 
@@ -260,9 +341,17 @@ def hand_section(text: str) -> str:
 
 
 def write(results: list[dict[str, object]]) -> Path:
+    """BENCHMARKS.md (its Learning section kept) and the detail pages; a stale generated page is removed."""
     out = ROOT / "BENCHMARKS.md"
     kept = hand_section(out.read_text()) if out.exists() else ""
     out.write_text(render(results, kept))
+    pages = details(results)
+    (ROOT / DETAIL_DIR).mkdir(parents=True, exist_ok=True)
+    for old in (ROOT / DETAIL_DIR).glob("*.md"):
+        if old.relative_to(ROOT).as_posix() not in pages and old.read_text().startswith(DETAIL_MARK):
+            old.unlink()
+    for rel, text in pages.items():
+        (ROOT / rel).write_text(text)
     return out
 
 

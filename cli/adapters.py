@@ -33,9 +33,9 @@ from streamgrpo import config
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings, LoopSettings
 from streamgrpo.errors import ConfigError
+from streamgrpo.lifecycle.stats import Stats
 from streamgrpo.models.adapter_state import adapter_state
 from streamgrpo.models.registry import AdapterRegistry, Line, RegistryState, ancestors, apply, status
-from streamgrpo.models.stats import Stats
 from streamgrpo.topics import catalog
 
 LIVE_FIELDS = ("groups", "reward_count", "reward_mean", "success_rate", "eval_accuracy", "eval_ci_low",

@@ -12,7 +12,7 @@ registry fold of ``adapter-events`` (:mod:`streamgrpo.models.registry`). Per ada
 groups: the progress line's and the report's ``per_version`` figures (count, mean reward, success rate per
 OK judge reward) and the collapse alarms (:mod:`streamgrpo.lifecycle.health`) read that one fold. Human
 rewards (provenance ``human:<name>``) are counted apart and never enter it; ERROR judge rewards are not fed
-to it (the A/B view, :mod:`streamgrpo.models.stats`, counts them as failures).
+to it (the A/B view, :class:`~streamgrpo.lifecycle.stats.Stats`, counts them as failures).
 
 What is not covered: exactness under duplicates beyond what event ids give (duplicates are
 dropped by event id, remembered in a bounded :class:`~streamgrpo.topics.dedup.RecentIds`).
@@ -34,9 +34,8 @@ from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle.health import alarms
 from streamgrpo.lifecycle.published import drops as trainer_drops
-from streamgrpo.lifecycle.stats import VersionStats
+from streamgrpo.lifecycle.stats import VersionStats, is_human
 from streamgrpo.models.registry import AdapterRegistry, Line, status
-from streamgrpo.models.stats import is_human
 from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
 

@@ -7,7 +7,8 @@
 - ``published``: what an ``AdapterPublished`` says (drops by reason, samples dequeued, ``max_staleness``, the
   auto-promote decision): the typed fields of contract v4 first, the pre-v4 metric keys for older events.
 - ``stats``: what one adapter version did while serving (rewards, successes, rollouts, tool calls, groups),
-  one fold that the registry, the A/B test, `run`'s progress line and report and the alarms all read.
+  one definition that the registry, the A/B test, `run`'s progress line and report and the alarms all read,
+  and ``Stats``, its fold over the log per (adapter name, version) with the A/B test's per-group outcomes.
 - ``health``: the collapse alarms read from those statistics (answered rate up while reward falls, reward
   std collapsing, groups without variance).
 

@@ -174,11 +174,6 @@ def local_path(uri: str, store_root: str | os.PathLike[str] | None = None) -> Pa
     return path
 
 
-def uri_to_path(uri: str) -> Path:
-    """A local path from a plain path or a ``file://`` URI (other schemes are not supported)."""
-    return local_path(uri)
-
-
 def verify_and_load_path(uri: str, expected_sha256: str, store_root: str | os.PathLike[str] | None = None) -> Path:
     """For rollout workers and ``eval``: the verified local directory of the adapter at ``uri`` (confined to
     ``store_root`` when given; pass it to ``PeftModel.from_pretrained`` / ``load_adapter``). Raises

@@ -6,7 +6,7 @@ arm, else the primary; a group is never split) and :func:`ab_input` (what the de
 :mod:`streamgrpo.streams.ab_core`, looks at, gathered from the two folds).
 
 :class:`Lifecycle` is the agent's state: the one registry fold (:mod:`streamgrpo.models.registry`)
-and the live statistics (:mod:`streamgrpo.models.stats`), fed by a group-less
+and the live statistics (:mod:`streamgrpo.lifecycle.stats`), fed by a group-less
 :class:`~streamgrpo.topics.follow.LogFollower` over ``adapter-events``, ``rewards``,
 ``planner-actions``, ``groups`` and ``evaluations``. :meth:`Lifecycle.next_events` says what to
 write now: the explicit rollback of a version born from a rolled-back parent, then the verdict of
@@ -38,9 +38,9 @@ from faust.types import TP
 from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.stats import Stats
 from streamgrpo.models.adapter_state import adapter_states, content_key
 from streamgrpo.models.registry import AdapterRegistry, Line
-from streamgrpo.models.stats import Stats
 from streamgrpo.streams.ab_core import ABInput, ABPolicy, Guardrails, Verdict, decide
 from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings

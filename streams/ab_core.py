@@ -3,7 +3,7 @@
 The test (newest-vs-primary, see :mod:`streamgrpo.models.registry`): the *canary arm* is every
 group served by the training line under test (the versions above the primary still in the test,
 pooled since the test started), the *control arm* every group the primary served since then. A
-group's outcome is its success share (:mod:`streamgrpo.models.stats`), a number in [0, 1]; the
+group's outcome is its success share (:mod:`streamgrpo.lifecycle.stats`), a number in [0, 1]; the
 group, never the rollout, is the unit (rollouts of one group share a task and are not independent).
 
 Decision rule (:func:`decide`), evaluated after every group:
@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from streamgrpo.models.stats import Arm, VersionStats
+from streamgrpo.lifecycle.stats import Arm, VersionStats
 
 Action = Literal["wait", "promote", "rollback", "await_approval", "restart"]
 #: guardrail name -> VersionStats rate it reads

@@ -2,8 +2,10 @@
 
 :class:`RewardWindows` buckets Rewards by (adapter name, adapter version, window start) using the
 reward's ``event_time``; :meth:`RewardWindows.flush` returns a RewardMetrics for every window that
-ended at least ``grace_s`` ago: count, mean reward, success rate (``score >= threshold``; ERROR
-rewards count as failures with their score), mean turns and summed tool calls.
+ended at least ``grace_s`` ago: count (judge rewards, OK and ERROR), mean reward and success rate as the one
+definition of a version's figures has them (:class:`~streamgrpo.lifecycle.stats.VersionStats`: the mean of
+the OK scores, 0.0 when the window has none; successes per judge reward, an ERROR reward a failure), mean
+turns and summed tool calls.
 
 The agent consumes ``rewards`` (dedup by event id: :class:`~streamgrpo.topics.dedup.RecentIds`), a timer flushes closed
 windows to ``reward-metrics``. Each judged reward is observed in ``streamgrpo_reward_score{arm}`` and each
@@ -16,8 +18,9 @@ Human rewards (provenance ``human:<name>``, ``streamgrpo label``) are kept apart
 (``metrics.human_rewards``) and never enter a window; the A/B registry reports them separately.
 
 What is not covered: windows are per worker process and in memory. With several workers each one
-reports over its own partitions (merge downstream, weighted by ``count``); a crash loses the open
-windows' partial sums. Metrics are observability, never inputs to training.
+reports over its own partitions (merge downstream, weighted by ``count``: exact for the success rate and the
+turns, for the mean reward only where the windows hold no ERROR reward, since the event does not carry the
+OK count); a crash loses the open windows' partial sums. Metrics are observability, never inputs to training.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from datetime import datetime, timezone
 
 from streamgrpo import metrics
 from streamgrpo.avro import records as R
-from streamgrpo.models.stats import is_human
+from streamgrpo.lifecycle.stats import VersionStats, is_human
 from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
@@ -39,9 +42,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Bucket:
-    count: int = 0
-    score_sum: float = 0.0
-    successes: int = 0
+    stats: VersionStats = field(default_factory=VersionStats)
     turns_sum: int = 0
     tools: Counter[str] = field(default_factory=Counter)
 
@@ -55,15 +56,13 @@ class RewardWindows:
     seen: RecentIds = field(default_factory=RecentIds)
 
     def add(self, reward: R.Reward) -> bool:
-        """Add a reward to its window; False for a duplicate (an event id seen recently)."""
-        if self.seen.seen(reward.event_id):
+        """Add a judge reward to its window; False for a duplicate (an event id seen recently) or a person's."""
+        if is_human(reward) or self.seen.seen(reward.event_id):
             return False
         t = reward.envelope.event_time.timestamp()
         start = t - (t % self.window_s)
         b = self.buckets.setdefault((reward.adapter_name, int(reward.adapter_version), start), _Bucket())
-        b.count += 1
-        b.score_sum += reward.score
-        b.successes += int(reward.status == R.RewardStatus.OK and reward.score >= self.success_threshold)
+        b.stats.add(reward, self.success_threshold)
         b.turns_sum += reward.turns
         b.tools.update(reward.tool_calls)
         return True
@@ -74,11 +73,12 @@ class RewardWindows:
         for key in sorted(k for k in self.buckets if k[2] + self.window_s + self.grace_s <= now):
             name, version, start = key
             b = self.buckets.pop(key)
+            s = b.stats
             out.append(R.RewardMetrics(
                 envelope=R.Envelope.new("streams"), adapter_name=name, adapter_version=version,
-                window_start=_dt(start), window_end=_dt(start + self.window_s), count=b.count,
-                mean_reward=b.score_sum / b.count, success_rate=b.successes / b.count,
-                mean_turns=b.turns_sum / b.count, tool_calls=dict(b.tools),
+                window_start=_dt(start), window_end=_dt(start + self.window_s), count=s.rewards,
+                mean_reward=s.reward_mean or 0.0, success_rate=s.success_rate or 0.0,
+                mean_turns=b.turns_sum / s.rewards, tool_calls=dict(b.tools),
             ))
         return out
 

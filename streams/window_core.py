@@ -33,7 +33,7 @@ from typing import Any
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.models.stats import is_human
+from streamgrpo.lifecycle.stats import is_human
 from streamgrpo.streams.advantages import Estimator
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TURNS
 

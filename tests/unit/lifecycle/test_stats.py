@@ -12,8 +12,7 @@ import tomllib
 from streamgrpo.avro import records as R
 from streamgrpo.cli.progress import Progress
 from streamgrpo.lifecycle import health
-from streamgrpo.lifecycle.stats import VersionStats
-from streamgrpo.models import stats as model_stats
+from streamgrpo.lifecycle.stats import Stats, VersionStats
 
 ROOT = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -93,7 +92,7 @@ def test_the_progress_view_the_report_and_the_alarms_read_the_same_fold() -> Non
     assert "answered rate up 0.50 -> 1.00 while reward fell 0.62 -> 0.34" in warnings[0]
     assert f"ALARM: {warnings[0]}" in p.line()
     # the A/B view folds the same rule: same OK scores; its success rate also counts the ERROR reward as a failure
-    ab = model_stats.Stats(success_threshold=0.5)
+    ab = Stats(success_threshold=0.5)
     for event in stream():
         ab.apply(event)
     a = ab.of("planner", 0)
@@ -122,11 +121,21 @@ def test_progress_counts_a_groups_probe_from_its_requests() -> None:
     assert p.summary()["health"]["per_version"]["3"]["probe_groups"] == 1
 
 
-def test_one_per_version_statistics_class_in_the_product() -> None:
+def product_files() -> list[Path]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     folders = sorted({d.split("/")[0] for d in config["tool"]["setuptools"]["package-dir"].values()})
-    pattern = re.compile(r"^class (VersionStats|VersionHealth)\b", re.M)
-    homes = [p.relative_to(ROOT).as_posix() for f in folders for p in sorted((ROOT / f).rglob("*.py"))
-             if pattern.search(p.read_text())]
+    return [p for f in folders for p in sorted((ROOT / f).rglob("*.py"))]
+
+
+def test_one_per_version_statistics_class_in_the_product() -> None:
+    """VersionStats, its fold over the log (Stats) and the A/B arm live in lifecycle/stats.py alone; nothing in the
+    product or bench/ imports the former home ``streamgrpo.models.stats``."""
+    pattern = re.compile(r"^class (VersionStats|VersionHealth|Stats|Arm)\b", re.M)
+    homes = [p.relative_to(ROOT).as_posix() for p in product_files() if pattern.search(p.read_text())]
     assert homes == ["lifecycle/stats.py"], homes
-    assert model_stats.VersionStats is health.VersionHealth is VersionStats
+    assert health.VersionHealth is VersionStats
+    old_home = re.compile(r"^\s*(from streamgrpo\.models\.stats\b|import streamgrpo\.models\.stats\b|"
+                          r"from streamgrpo\.models import .*\bstats\b)", re.M)
+    files = [*product_files(), *sorted((ROOT / "bench").glob("*.py")), *sorted((ROOT / "tests").rglob("*.py"))]
+    importers = [p.relative_to(ROOT).as_posix() for p in files if old_home.search(p.read_text())]
+    assert importers == [], importers

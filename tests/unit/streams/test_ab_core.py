@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from streamgrpo.models.stats import Arm, VersionStats
+from streamgrpo.lifecycle.stats import Arm, VersionStats
 from streamgrpo.streams.ab_core import ABInput, ABPolicy, arm_variance, decide, guardrail, msprt
 
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.stats import VersionStats
 from streamgrpo.streams.metrics import RewardWindows
 
 
@@ -44,10 +45,28 @@ def test_error_reward_is_a_failure() -> None:
     assert w.flush(100.0)[0].success_rate == 0.0
 
 
+def test_a_window_reads_the_one_definition_of_a_versions_figures() -> None:
+    """Mean reward = mean of the OK judge scores, success rate per judge reward (an ERROR reward fails, its score
+    is not a reward), as VersionStats folds the same rewards; a person's reward is not the judge's."""
+    rewards = [reward(1.0, 3, 1.0), reward(0.25, 3, 2.0), reward(0.9, 3, 3.0, status=R.RewardStatus.ERROR),
+               reward(0.0, 3, 4.0, status=R.RewardStatus.ERROR)]
+    w = RewardWindows(window_s=10, success_threshold=0.5, grace_s=0)
+    assert all(w.add(r) for r in rewards)
+    assert not w.add(replace(reward(0.0, 3, 5.0), judge=R.JudgeInfo("human:ada", "human")))
+    s = VersionStats()
+    for r in rewards:
+        s.add(r, success_threshold=0.5)
+    [m] = w.flush(100.0)
+    assert (m.count, m.mean_reward, m.success_rate) == (s.rewards, s.reward_mean, s.success_rate) == (4, 0.625, 0.25)
+    only_errors = RewardWindows(window_s=10, success_threshold=0.5, grace_s=0)
+    only_errors.add(reward(0.7, 3, 1.0, status=R.RewardStatus.ERROR))
+    assert (only_errors.flush(100.0)[0].mean_reward, VersionStats().as_dict()["reward_mean"]) == (0.0, 0.0)
+
+
 def test_human_rewards_are_told_apart_from_the_judge() -> None:
     from dataclasses import replace
 
-    from streamgrpo.models.stats import is_human
+    from streamgrpo.lifecycle.stats import is_human
 
     person = replace(reward(0.0, 1, 1002.0), judge=R.JudgeInfo("human:ada", "human"))
     assert is_human(person) and not is_human(reward(1.0, 1, 1000.0))  # the metrics agent skips what this says

@@ -1,4 +1,5 @@
-"""Live statistics per adapter version (pure fold): judge vs human rewards, group outcomes, failures, evaluations."""
+"""The fold over the log per adapter version (lifecycle/stats.py ``Stats``, pure): judge vs human rewards, group
+outcomes, failures, evaluations."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from support.streams import synthetic_group
 
 from streamgrpo.avro import records as R
-from streamgrpo.models.stats import Stats, is_human
+from streamgrpo.lifecycle.stats import Stats, is_human
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
