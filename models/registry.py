@@ -6,7 +6,7 @@ publisher), the rollout workers (what to load, what never to start a group on), 
 to continue from after a rollback), the evaluator and the CLI. It imports nothing heavy (no torch,
 no Kafka client): :func:`apply` maps (state, event) to a new immutable :class:`RegistryState` and
 the :class:`Change` list it caused. The live statistics (rewards, parse failures, held-out
-accuracy) are a second fold beside this one, :mod:`streamgrpo.models.stats`; only ``adapter-events``
+accuracy) are a second fold beside this one, :mod:`streamgrpo.lifecycle.stats`; only ``adapter-events``
 decide a status, so every service that follows that one topic agrees on who serves.
 
 Per adapter name (a :class:`Line`), with ``canary_share`` (the ``[loop]`` setting) as the policy:
@@ -42,7 +42,7 @@ Statuses (:func:`status`): PRIMARY, REJECTED, ROLLED_BACK, AWAITING_APPROVAL, CA
 the primary or retired by a verdict), CANDIDATE (an older version of the line under test, no longer
 serving; its groups still count in the test). Version 0 is the base model.
 Idempotent: a redelivered event changes nothing (events are keyed by id; an announcement by version).
-What is not covered: a version's live statistics (:mod:`streamgrpo.models.stats`), several trainers
+What is not covered: a version's live statistics (:mod:`streamgrpo.lifecycle.stats`), several trainers
 publishing into one adapter name.
 """
 
