@@ -94,6 +94,11 @@ class LoopContext:
     #: The reply of turn ``max_turns`` must be an answer (constrained where a grammar applies; asked for always).
     answer_at_last_turn: bool = True
 
+    def example_key(self, analysis: QueryAnalysis | None) -> str:
+        """The key of :data:`planner.EXAMPLES` a planner prompt shows for ``analysis`` (the one place both the prompt
+        and its recorded ``prompt_hash`` read it from)."""
+        return planner.example_for(analysis, self.planner_examples)
+
     def grammar_for(self, request: R.RolloutRequest) -> TokenGrammar | None:
         """The grammar of ``request``'s replies (its answer turn is its ``max_turns``), or None: free sampling."""
         if self.constraint is None:
@@ -203,7 +208,7 @@ def _prompt_ids(traj: _Trajectory, ctx: LoopContext, tool_lines: list[str], fina
     while True:
         messages = planner.build_messages(traj.request.question, tool_lines, traj.analysis, traj.history,
                                           max_steps=steps, clip=ctx.observation_clip, final=final,
-                                          example=planner.example_for(traj.analysis, ctx.planner_examples))
+                                          example=ctx.example_key(traj.analysis))
         ids = ctx.policy.chat_prompt(messages) + _prefix_ids(ctx)
         if len(ids) <= ctx.max_prompt_tokens or steps <= 0:
             return ids
@@ -261,7 +266,7 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
         envelope=traj.envelope(ctx.service, "planner_action", turn), prompt_token_ids=list(gen.prompt_token_ids),
         action_text=gen.text, action_token_ids=list(gen.token_ids), behaviour_logprobs=list(gen.logprobs),
         adapter_name=gen.adapter_name, adapter_version=gen.adapter_version, sampling=applied_sampling(req, ctx),
-        parse_status=parsed.status, prompt_hash=planner.EXAMPLE_HASHES[planner.example_for(traj.analysis, ctx.planner_examples)],
+        parse_status=parsed.status, prompt_hash=planner.EXAMPLE_HASHES[ctx.example_key(traj.analysis)],
         latency_ms=gen.latency_ms, engine=gen.engine,
         tool=step.tool if step is not None else None, is_final=bool(step is not None and step.is_final),
         role=planner.ROLE,

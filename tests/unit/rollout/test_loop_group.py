@@ -242,3 +242,22 @@ def test_a_request_beyond_the_hard_turn_limit_ends_as_error_with_a_reason():
     assert results[0].status is R.RolloutStatus.ERROR and policy.calls == []
     (done,) = of(sink.events, R.RolloutCompleted)
     assert done.status is R.RolloutStatus.ERROR and "hard safety limit" in (done.error or "")
+
+
+def test_the_recorded_prompt_hash_is_the_hash_of_the_example_the_prompt_showed():
+    """[rollout] planner_examples = "analysis": an archive question's prompt shows the knowledge_search example, and
+    every PlannerAction records that example's hash (the trainer and `analyse` group prompts by it)."""
+    from streamgrpo.rollout.tools.knowledge_search import KnowledgeSearch
+    from streamgrpo.tasks.builtin import builtin_corpus
+
+    tools = {"calculator": Calculator(), "knowledge_search": KnowledgeSearch(builtin_corpus())}
+    question = "According to the archive, what is the capital of the Kingdom of Iskavel?"
+    for mode, key in (("analysis", "knowledge_search"), ("fixed", "calculator")):
+        policy = ScriptedPolicy([['{"tool": "knowledge_search", "input": "capital of Iskavel"}', '{"answer": "x"}']])
+        events: list[R.Event] = []
+        ctx = LoopContext(policy=policy, tools=tools, planner_examples=mode)
+        run_group(requests(1, 3, question=question), ctx, events.append)
+        actions = of(events, R.PlannerAction)
+        assert len(actions) == 2 and {a.prompt_hash for a in actions} == {planner.EXAMPLE_HASHES[key]}
+        shown = "".join(chr(c) for c in policy.prompts[0][0])
+        assert ("capital of the Kingdom of Velmora" in shown) is (key == "knowledge_search")
