@@ -1,10 +1,13 @@
 """Learning on the built-in tasks: `streamgrpo run` with the product's defaults, judged on the held-out split.
 
     python bench/bench_learning.py [DURATION_S] [--runs N] [--plot OUT.png]   # default 1800 s (30 min), 1 run
+    python bench/bench_learning.py 1800 --seeds 2 --set rollout.planner_examples=analysis   # one setting changed
     python bench/bench_learning.py --plot-reports OUT.png REPORT_DIR...       # the plot of earlier runs
 
-Run i (0, 1, 2, ...) sets the trainer's seed to i (`STREAMGRPO_TRAINER__SEED`); sampling in the rollout
-worker is not seeded, so runs differ in their rollouts as well as in their LoRA initialisation.
+Run i (0, 1, 2, ...) sets the trainer's seed to i (`STREAMGRPO_TRAINER__SEED`); `--seeds` names the seeds instead.
+Sampling in the rollout worker is not seeded, so runs differ in their rollouts as well as in their LoRA
+initialisation. `--set SECTION.FIELD=VALUE` changes a setting for every run (as `STREAMGRPO_SECTION__FIELD`);
+the result records it under "settings".
 
 Each run is the real loop (embedded broker, streams, judge, one rollout worker, trainer, evaluator) with
 every setting at its default, for DURATION_S; then `run`'s final evaluation scores the base model and the
@@ -25,9 +28,21 @@ from pathlib import Path
 from statistics import mean
 
 
-def one_run(duration_s: int, index: int) -> dict[str, object]:
+def one_run(duration_s: int, index: int, settings: dict[str, str] | None = None) -> dict[str, object]:
     home = Path(tempfile.mkdtemp(prefix=f"streamgrpo-learning-{index}-")) / "home"
-    return {"seed": index, **run_and_summarise(home, duration_s, {"STREAMGRPO_TRAINER__SEED": str(index)})}
+    env = {**setting_env(settings or {}), "STREAMGRPO_TRAINER__SEED": str(index)}
+    return {"seed": index, **run_and_summarise(home, duration_s, env)}
+
+
+def setting_env(settings: dict[str, str]) -> dict[str, str]:
+    """``{"rollout.planner_examples": "analysis"}`` -> ``{"STREAMGRPO_ROLLOUT__PLANNER_EXAMPLES": "analysis"}``."""
+    out = {}
+    for key, value in settings.items():
+        section, sep, name = key.partition(".")
+        if not sep or not section or not name:
+            raise ValueError(f"--set {key}={value}: write SECTION.FIELD=VALUE, e.g. rollout.planner_examples=analysis")
+        out[f"STREAMGRPO_{section.upper()}__{name.upper()}"] = value
+    return out
 
 
 def run_and_summarise(home: Path, duration_s: int, env: dict[str, str], final_eval: bool = True) -> dict[str, object]:
@@ -103,13 +118,16 @@ def plot_runs(reports: list[Path], path: Path) -> None:
     plt.close(fig)
 
 
-def main(duration_s: int = 1800, runs: int = 1, plot: Path | None = None) -> dict[str, object]:
-    results = [one_run(duration_s, i) for i in range(runs)]
+def main(duration_s: int = 1800, runs: int = 1, plot: Path | None = None, seeds: list[int] | None = None,
+         settings: dict[str, str] | None = None) -> dict[str, object]:
+    seeds = list(range(runs)) if seeds is None else seeds
+    results = [one_run(duration_s, i, settings) for i in seeds]
     if plot is not None:
         plot_runs([Path(str(r["report"])) for r in results], plot)
     gains = [r["heldout_gain"] for r in results if r["heldout_gain"] is not None]
     return {
-        "bench": "learning", "duration_s": duration_s, "runs": runs, "settings": "every setting at its default",
+        "bench": "learning", "duration_s": duration_s, "runs": len(seeds), "seeds": seeds,
+        "settings": ", ".join(f"{k} = {v}" for k, v in settings.items()) if settings else "every setting at its default",
         "mean_heldout_base": round(mean(r["heldout_base"]["accuracy"] for r in results if r["heldout_base"]), 3)
         if any(r["heldout_base"] for r in results) else None,
         "mean_heldout_last": round(mean(r["heldout_last"]["accuracy"] for r in results if r["heldout_last"]), 3)
@@ -130,6 +148,9 @@ def cli() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("duration_s", nargs="?", type=int, default=1800, help="seconds each run lasts (default 1800)")
     ap.add_argument("--runs", type=int, default=1, help="runs one after another, run i with trainer seed i")
+    ap.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="the trainer seeds to run (instead of --runs)")
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="change one setting for every run (repeatable), e.g. rollout.planner_examples=analysis")
     ap.add_argument("--plot", type=Path, help="write the held-out curves of the runs to this PNG")
     ap.add_argument("--summarise", type=Path, metavar="REPORT_DIR", help="only summarise an existing run's report")
     ap.add_argument("--plot-reports", nargs="+", type=Path, metavar=("OUT.png", "REPORT_DIR"),
@@ -142,7 +163,17 @@ def cli() -> None:
             ap.error("--plot-reports needs OUT.png and at least one REPORT_DIR")
         plot_runs(a.plot_reports[1:], a.plot_reports[0])
     else:
-        print(json.dumps(main(a.duration_s, a.runs, a.plot)))
+        settings = {}
+        for item in a.settings:
+            key, sep, value = item.partition("=")
+            if not sep:
+                ap.error(f"--set {item}: write SECTION.FIELD=VALUE")
+            settings[key] = value
+        try:
+            setting_env(settings)
+        except ValueError as exc:
+            ap.error(str(exc))
+        print(json.dumps(main(a.duration_s, a.runs, a.plot, a.seeds, settings)))
 
 
 if __name__ == "__main__":
