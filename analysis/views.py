@@ -36,6 +36,7 @@ from typing import Any
 from streamgrpo.archive import duck
 from streamgrpo.avro import provenance
 from streamgrpo.lifecycle import pacing, published
+from streamgrpo.topics import catalog
 
 
 @dataclass(frozen=True)
@@ -113,14 +114,14 @@ SAMPLE_LINEAGE = View(
         FROM adapter_published),
     trainer_letters AS (
         SELECT source_partition, source_offset, any_value(reason_code) AS reason_code FROM dead_letters
-        WHERE source_topic = 'training-samples' AND consumer LIKE 'trainer.%' GROUP BY 1, 2),
+        WHERE source_topic = '{catalog.TRAINING_SAMPLES}' AND consumer LIKE 'trainer.%' GROUP BY 1, 2),
     placed AS (
         SELECT s.event_id AS sample_id, s.task_id, s.group_id, s.rollout_id, s.kafka_partition, s.kafka_offset,
                r.adapter_name, s.adapter_name AS sample_adapter, s.behaviour_version, s.advantage, s.reward,
                r.version AS trained_version, r.parent_version, r.published_at, r.max_staleness,
                coalesce(r.parent_version, 0) AS weights, d.reason_code
         FROM training_samples s
-        JOIN ranges r ON r.rng.topic = 'training-samples' AND r.rng."partition" = s.kafka_partition
+        JOIN ranges r ON r.rng.topic = '{catalog.TRAINING_SAMPLES}' AND r.rng."partition" = s.kafka_partition
                      AND s.kafka_offset BETWEEN r.rng."start" AND r.rng."end"
         LEFT JOIN trainer_letters d ON d.source_partition = s.kafka_partition AND d.source_offset = s.kafka_offset),
     measured AS (

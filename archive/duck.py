@@ -30,7 +30,7 @@ from streamgrpo.topics import catalog
 from streamgrpo.topics.catalog import TOPICS
 
 #: Topics whose namespaced copies get an ``all_<view>`` view.
-NAMESPACED_VIEWS = ("rewards", catalog.TRAINING_SAMPLES)
+NAMESPACED_VIEWS = (catalog.REWARDS, catalog.TRAINING_SAMPLES)
 
 
 def view_name(topic: str) -> str:

@@ -15,6 +15,7 @@ import click
 
 from streamgrpo import __version__
 from streamgrpo.errors import EXIT_MISCONFIGURED, ConfigError, StreamGRPOError
+from streamgrpo.topics.catalog import REWARDS, ROLLOUTS, TRAINING_SAMPLES
 
 #: command name -> (import path "module:attribute", one-line help shown by --help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -25,9 +26,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("streamgrpo.topics.cli:tasks", "Export the built-in offline task set and fact corpus."),
     "rollout": ("streamgrpo.rollout.cli:rollout", "Run a rollout worker (agent trajectories -> events)."),
     "ask": ("streamgrpo.rollout.cli:ask", "Run one agent trajectory on a question and print its steps."),
-    "judge": ("streamgrpo.judge.cli:judge", "Run the judge service (rollouts -> rewards)."),
+    "judge": ("streamgrpo.judge.cli:judge", f"Run the judge service ({ROLLOUTS} -> {REWARDS})."),
     "streams": ("streamgrpo.streams.cli:streams", "Run the Faust stream processors (fan-out, advantages, samples...)."),
-    "trainer": ("streamgrpo.trainer.cli:trainer", "Run the GRPO/GSPO trainer on training-samples."),
+    "trainer": ("streamgrpo.trainer.cli:trainer", f"Run the GRPO/GSPO trainer on {TRAINING_SAMPLES}."),
     "run": ("streamgrpo.cli.run:run", "Run the whole loop locally: broker, streams, judge, rollout, trainer."),
     "eval": ("streamgrpo.evaluation.cli:eval_command",
              "Held-out accuracy of the base model and adapter versions (correctness only, with CIs)."),

@@ -241,7 +241,8 @@ def list_command(ctx: click.Context, bootstrap: str | None, topic_prefix: str | 
     if where.archive is not None:
         click.echo(f"(run {run_id} has finished: read from its archive {where.archive})")
     if not view.states:
-        click.echo("(figures computed from rewards/evaluations: no AdapterState on adapter-registry yet; the A/B "
+        click.echo(f"(figures computed from {catalog.REWARDS}/{catalog.EVALUATIONS}: no AdapterState on "
+                   f"{catalog.ADAPTER_REGISTRY} yet; the A/B "
                    "agent of `streamgrpo streams` publishes them)")
 
 

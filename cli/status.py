@@ -99,7 +99,7 @@ class Report:
     versions: dict[str, int | None] = field(default_factory=dict)
     registry: dict[int, str] = field(default_factory=dict)
     served: dict[str, int] = field(default_factory=dict)
-    served_source: str = "rollouts topic"
+    served_source: str = f"{catalog.ROLLOUTS} topic"
     groups_in_flight: int | None = None
     groups_source: str = ""
     samples_waiting: int | None = None
@@ -333,7 +333,7 @@ def _fill_from_topics(report: Report, reader: Reader, readings: dict[str, M.Read
     report.served = served_from_topics(reader)
     if rollout is not None and served:
         report.served[f"endpoint {rollout.target}"] = int(max(served))
-        report.served_source = "rollouts topic + rollout endpoint"
+        report.served_source = f"{catalog.ROLLOUTS} topic + rollout endpoint"
     streams = readings.get("streams")
     open_now = streams.get("streamgrpo_groups_open") if streams and streams.up else None
     if open_now is not None:
@@ -406,7 +406,7 @@ def _targets(ports: dict[str, int], host: str, endpoints: tuple[str, ...]) -> di
                    "port-forward. Default: 127.0.0.1 and each service's [<service>] metrics_port.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Host of the default endpoints.")
 @click.option("--window", "window_s", type=float, default=3600.0, show_default=True,
-              help="Seconds of rollout-requests read to count groups in flight when the streams endpoint is down.")
+              help=f"Seconds of {catalog.ROLLOUT_REQUESTS} read to count groups in flight when the streams endpoint is down.")
 @click.option("--timeout", "timeout_s", type=float, default=2.0, show_default=True,
               help="Seconds to wait for each metrics endpoint.")
 @click.option("--run", "run_id", default=None, metavar="ID",

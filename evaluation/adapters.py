@@ -127,8 +127,8 @@ def resolve(specs: Sequence[str], dirs: Sequence[Path], *, all_versions: bool, i
     if all_versions:
         versions = sorted(announced) if announced else (store.versions(store_root, adapter_name) if store_root else [])
         if not versions:
-            raise TargetError("--all-versions found no published adapter (no adapter-events reachable and no "
-                              "versions in the store); pass --store or --bootstrap")
+            raise TargetError(f"--all-versions found no published adapter (no {catalog.ADAPTER_EVENTS} reachable "
+                              "and no versions in the store); pass --store or --bootstrap")
         wanted += [(adapter_name, v) for v in versions]
     targets: list[Target] = []
     for name, version in dict.fromkeys(wanted):
@@ -144,7 +144,8 @@ def resolve(specs: Sequence[str], dirs: Sequence[Path], *, all_versions: bool, i
         elif store_root is not None:
             targets.append(from_store(store_root, name, version))
         else:
-            raise TargetError(f"{name}@v{version} was not announced on adapter-events and no --store was given")
+            raise TargetError(f"{name}@v{version} was not announced on {catalog.ADAPTER_EVENTS} and no --store was "
+                              "given")
     targets += [from_dir(Path(d), adapter_name) for d in dirs]
     seen: dict[tuple[str, int], str] = {}
     for t in targets:

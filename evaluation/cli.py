@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from streamgrpo.topics import catalog
+
 FORMATS = ("table", "json", "csv")
 
 
@@ -33,7 +35,7 @@ FORMATS = ("table", "json", "csv")
                    "broker, else in the run's event archive), else taken from --store. v0 = the base model.")
 @click.option("--adapter-dir", "adapter_dirs", multiple=True, type=click.Path(exists=True, file_okay=False,
               path_type=Path), help="A peft adapter directory to evaluate (repeatable).")
-@click.option("--all-versions", is_flag=True, help="Every published version (adapter-events, else the store).")
+@click.option("--all-versions", is_flag=True, help=f"Every published version ({catalog.ADAPTER_EVENTS}, else the store).")
 @click.option("--base/--no-base", "include_base", default=None,
               help="Also evaluate the base model (default: only when nothing else is asked, or with --all-versions).")
 @click.option("--store", type=click.Path(file_okay=False, path_type=Path), default=None,

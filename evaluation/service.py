@@ -48,7 +48,8 @@ class EvaluatorSettings(StrictModel):
     batch_size: int = Field(16, ge=1, le=512, description="Tasks run at once.")
     nice: int = Field(10, ge=0, le=19, description="CPU niceness of the evaluator process (the loop's rollout "
                       "workers and trainer come first).")
-    poll_s: float = Field(2.0, gt=0, le=300, description="How often adapter-events is checked for new versions.")
+    poll_s: float = Field(2.0, gt=0, le=300, description=f"How often {catalog.ADAPTER_EVENTS} is checked for new "
+                          "versions.")
     metrics_port: int = Field(9465, ge=0, le=65535, description="Port of the evaluator's Prometheus /metrics and "
                               "/status endpoint (0 = off; a port in use is logged and skipped).")
 

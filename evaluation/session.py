@@ -23,6 +23,7 @@ from streamgrpo.evaluation.judging import CorrectnessJudge
 from streamgrpo.evaluation.runner import EvalRun, EvalSpec, evaluate
 from streamgrpo.tasks.datasets import DatasetError, RowError, TaskRow
 from streamgrpo.topics import catalog
+from streamgrpo.topics.clients import topic_name
 
 log = logging.getLogger(__name__)
 
@@ -155,4 +156,5 @@ class EvalSession:
             if required:
                 raise click.ClickException(f"could not publish the evaluations: {exc}") from exc
             return f"not published (no broker reachable: {exc}); pass --bootstrap or start one with `streamgrpo broker up`"
-        return f"published {len(runs)} EvaluationCompleted event(s) on {self.kafka.topic_prefix}evaluations"
+        return (f"published {len(runs)} EvaluationCompleted event(s) on "
+                f"{topic_name(self.kafka, catalog.EVALUATIONS)}")

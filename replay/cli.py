@@ -115,6 +115,7 @@ def train_command(ctx: click.Context, run_name: str, lower: str | None, upper: s
     from streamgrpo.replay.ranges import VersionBound, parse_bound, resolve
     from streamgrpo.replay.sources import ArchiveHistory, BrokerHistory, published
     from streamgrpo.replay.train import ReplayPlan, archive_namespace, replay_train
+    from streamgrpo.topics import catalog
     from streamgrpo.trainer.config import TrainerConfig
 
     path = (ctx.obj or {}).get("config_path")
@@ -132,7 +133,7 @@ def train_command(ctx: click.Context, run_name: str, lower: str | None, upper: s
         click.echo(f"  v{ev.version}: step {ev.trainer_step}, sha256 {ev.sha256[:16]}…, {ev.uri}")
     drops = ", ".join(f"{k} {v}" for k, v in sorted(result.dropped.items())) or "none"
     click.echo(f"published {len(result.published)} version(s) of {result.adapter_name} "
-               f"(announced on {result.namespace_prefix}adapter-events); dropped: {drops}; "
+               f"(announced on {result.namespace_prefix}{catalog.ADAPTER_EVENTS}); dropped: {drops}; "
                f"{result.left_over} sample(s) after the last full step not trained")
     if judge and archive is not None:
         n = archive_namespace(archive, kafka.model_copy(update={"topic_prefix": result.namespace_prefix}),

@@ -40,6 +40,7 @@ from streamgrpo.replay.errors import ReplayError
 from streamgrpo.replay.ranges import SampleRange
 from streamgrpo.replay.sources import History, as_received, select_samples
 from streamgrpo.topics import catalog
+from streamgrpo.topics.clients import topic_name
 from streamgrpo.topics.received import Received
 
 log = logging.getLogger(__name__)
@@ -203,8 +204,8 @@ def _rejudge(plan: ReplayPlan, chosen: list[tuple[R.TrainingSample, Place]], ns:
     places = {e.event_id: p for e, p in BrokerHistory(ns).events(catalog.TRAINING_SAMPLES)}
     missing = [s.event_id for s in samples if s.event_id not in places]
     if missing:
-        raise ReplayError(f"{len(missing)} re-judged samples are not on {ns.topic_prefix}training-samples after "
-                          "publishing; is the broker healthy?")
+        raise ReplayError(f"{len(missing)} re-judged samples are not on {topic_name(ns, catalog.TRAINING_SAMPLES)} "
+                          "after publishing; is the broker healthy?")
     result.trained_on = len(samples)
     return [(s, places[s.event_id]) for s in samples]
 

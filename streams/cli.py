@@ -11,11 +11,23 @@ from typing import Any
 
 import click
 
-STREAMS_EPILOG = """\b
-Agents (--only): fanout (tasks -> rollout-requests, admission/pacing), window (rewards + planner
-actions + rollouts -> groups + training-samples), metrics (rewards -> reward-metrics and reward gauges),
+from streamgrpo.topics.catalog import (
+    ADAPTER_EVENTS,
+    ADAPTER_REGISTRY,
+    GROUPS,
+    REWARD_METRICS,
+    REWARDS,
+    ROLLOUT_REQUESTS,
+    ROLLOUTS,
+    TASKS,
+    TRAINING_SAMPLES,
+)
+
+STREAMS_EPILOG = f"""\b
+Agents (--only): fanout ({TASKS} -> {ROLLOUT_REQUESTS}, admission/pacing), window ({REWARDS} + planner
+actions + {ROLLOUTS} -> {GROUPS} + {TRAINING_SAMPLES}), metrics ({REWARDS} -> {REWARD_METRICS} and reward gauges),
 ab (A/B test of the newest version against the primary: promote / roll back / await approval on
-adapter-events, AdapterState on adapter-registry; one leader: the worker holding adapter-events),
+{ADAPTER_EVENTS}, AdapterState on {ADAPTER_REGISTRY}; one leader: the worker holding {ADAPTER_EVENTS}),
 archive (every topic -> Parquet for `analyse`).
 
 \b

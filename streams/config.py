@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from streamgrpo.config import StrictModel, default_home, shared
 from streamgrpo.metrics import DEFAULT_PORTS
+from streamgrpo.topics import catalog
 
 AGENT_NAMES = ("fanout", "window", "metrics", "ab", "archive")
 
@@ -60,9 +61,9 @@ class StreamsSettings(StrictModel):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling p of rollouts.")
     max_new_tokens: int = Field(64, ge=1, le=8192, description="Token budget of one planner action (actions average ~30 tokens; a degenerate reply stops here).")
     max_groups_in_flight: int = Field(
-        4, ge=1, description="Admission bound: groups requested but not yet closed (seen on `groups`). Size it to "
-        "what the rollout workers run at once (workers x concurrency); queued groups only wait on an old version. "
-        "`streamgrpo run` sets it from its workers."
+        4, ge=1, description=f"Admission bound: groups requested but not yet closed (seen on `{catalog.GROUPS}`). Size "
+        "it to what the rollout workers run at once (workers x concurrency); queued groups only wait on an old "
+        "version. `streamgrpo run` sets it from its workers."
     )
     max_staleness: int = shared("max_staleness")
     samples_per_step: int = shared("samples_per_step")
@@ -140,7 +141,7 @@ class StreamsSettings(StrictModel):
     ab_guard_parse_failure_rate: float = Field(0.8, gt=0, le=1, description="Guardrail: roll back when the canary's "
                                                "planner parse-failure rate reaches this.")
     registry_interval_s: float = Field(5.0, gt=0, le=600, description="How often the A/B agent publishes changed "
-                                       "AdapterStates on the compacted adapter-registry topic.")
+                                       f"AdapterStates on the compacted {catalog.ADAPTER_REGISTRY} topic.")
     # -- archive -----------------------------------------------------------------------------------
     archive_dir: Path = Field(default_factory=lambda: default_home() / "archive",
                               description="Parquet archive root (default <home>/archive).")

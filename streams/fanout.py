@@ -51,6 +51,7 @@ from streamgrpo.streams.ab_controller import choose_version
 from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.streams.curriculum import Curriculum, CurriculumPolicy, Decision
+from streamgrpo.topics import catalog
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TASK_BYTES
 
 __all__ = ["Backlog", "FanoutPolicy", "admit", "attempt_of", "check_task", "fan_out", "register"]
@@ -245,7 +246,7 @@ class _Shell:
 
 def register(ctx: StreamsContext) -> None:
     shell = _Shell(ctx)
-    ctx.app.agent(ctx.topics["tasks"], name="streamgrpo.fanout")(shell.agent)
+    ctx.app.agent(ctx.topics[catalog.TASKS], name="streamgrpo.fanout")(shell.agent)
     if ctx.settings.curriculum:
         ctx.app.task(shell.curriculum_pump)
 

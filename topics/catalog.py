@@ -20,9 +20,10 @@ authorization (the embedded one, a plain listener) lets any client write any top
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from streamgrpo.avro.records import Event
+if TYPE_CHECKING:  # annotations only: importing the catalog stays cheap (the CLI's --help formats topic names)
+    from streamgrpo.avro.records import Event
 
 DAY_MS = 24 * 3600 * 1000
 

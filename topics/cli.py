@@ -151,6 +151,8 @@ def submit(ctx: click.Context, source_file: str, group_size: int, source: str | 
     given. Ends with counts of published and rejected rows.
     """
     from streamgrpo.tasks.datasets import DatasetError
+    from streamgrpo.topics.catalog import TASKS
+    from streamgrpo.topics.clients import topic_name
     from streamgrpo.topics.producer import EventProducer
     from streamgrpo.topics.sdk import prepare_rows, send_prepared
 
@@ -174,7 +176,7 @@ def submit(ctx: click.Context, source_file: str, group_size: int, source: str | 
                 fh.write(json.dumps({"row": n, "reason": reason}) + "\n")
         click.echo(f"rejected rows written to {out}")
     click.echo(f"published {report.published} task(s), rejected {len(report.rejected)} row(s) "
-               f"(default group size {group_size}, topic {kafka.topic_prefix}tasks)")
+               f"(default group size {group_size}, topic {topic_name(kafka, TASKS)})")
 
 
 def _fail_invalid(source_file: str, rejected: list[tuple[int, str]]) -> None:

@@ -34,6 +34,7 @@ from aiokafka.errors import KafkaError
 
 from streamgrpo.avro import ids
 from streamgrpo.avro.records import DeadLetter, Envelope
+from streamgrpo.topics.catalog import DEAD_LETTERS
 from streamgrpo.topics.errors import ProduceError
 from streamgrpo.topics.limits import DEAD_LETTER_KEY_BYTES, DEAD_LETTER_REASON_CHARS, DEAD_LETTER_VALUE_BYTES
 
@@ -95,8 +96,8 @@ async def deliver(
             failures += 1
             if failures == backoff.attempts_before_pause:
                 log.error("PAUSED: cannot deliver %s after %d attempts (%s). Consumption is paused and no offset "
-                          "is committed past it; retrying every %.0f s. Check the broker and the dead-letters "
-                          "topic (`streamgrpo topics ensure`).", what, failures, exc, backoff.max_s)
+                          "is committed past it; retrying every %.0f s. Check the broker and the %s "
+                          "topic (`streamgrpo topics ensure`).", what, failures, exc, backoff.max_s, DEAD_LETTERS)
             elif failures < backoff.attempts_before_pause:
                 log.warning("cannot deliver %s (attempt %d): %s; retrying in %.1f s", what, failures, exc,
                             backoff.delay(failures))

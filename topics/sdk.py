@@ -342,7 +342,8 @@ def label_rollouts(kafka: KafkaSettings, labels: Iterable[Label], by: str) -> li
         done = found.get(lab.rollout_id)
         try:
             if done is None:
-                raise LabelError(f"unknown rollout {lab.rollout_id!r}: no RolloutCompleted with that id on `rollouts`")
+                raise LabelError(f"unknown rollout {lab.rollout_id!r}: no RolloutCompleted with that id on "
+                                 f"`{catalog.ROLLOUTS}`")
             rewards.append(human_reward(done, lab.score, by))
         except LabelError as exc:
             problems.append(f"label {n}: {exc}" if len(todo) > 1 else str(exc))

@@ -375,7 +375,7 @@ async def history_read(caught_up: asyncio.Event, follower: asyncio.Task[None], s
             done, _ = await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
             if follower in done and not caught_up.is_set():
                 follower.result()  # raises the follower's error
-                raise TrainerError("the adapter-events follower ended before reading the history")
+                raise TrainerError(f"the {catalog.ADAPTER_EVENTS} follower ended before reading the history")
     finally:
         for w in waits - {follower}:
             w.cancel()
@@ -395,7 +395,8 @@ async def run_trainer(cfg: TrainerConfig, kafka: KafkaSettings, stop: asyncio.Ev
     try:
         # the broker answers (waited for), and a rollback in the history applies first
         if not await history_read(reader.caught_up, follower, stop, heartbeat):
-            log.info("stopped before adapter-events was read (broker unreachable?): nothing consumed or committed")
+            log.info("stopped before %s was read (broker unreachable?): nothing consumed or committed",
+                     catalog.ADAPTER_EVENTS)
             return []
         await asyncio.to_thread(announce_if_missing, producer, kafka, cfg)
         remembered = await asyncio.to_thread(remember_trained, state, kafka)
