@@ -84,7 +84,8 @@ def test_a_server_that_dies_during_startup_is_reported_with_its_log(tmp_path: Pa
 def test_waiting_gives_up_after_the_timeout_and_reports_progress(tmp_path: Path) -> None:
     ticks: list[float] = []
     with pytest.raises(VLLMServerError, match="not ready after"):
-        wait_ready("http://127.0.0.1:9/v1", "m", timeout_s=0.2, on_wait=lambda e, _r: ticks.append(e),
+        # 2 s, not less: the first probe imports httpx, which alone took over 0.2 s on a loaded machine
+        wait_ready("http://127.0.0.1:9/v1", "m", timeout_s=2.0, on_wait=lambda e, _r: ticks.append(e),
                    interval_s=0.05)
     assert ticks and ticks == sorted(ticks)
 
