@@ -50,8 +50,8 @@ from typing import Any
 import torch
 
 from streamgrpo.avro import records as R
-from streamgrpo.rollout.policy.local import LocalPolicy
-from streamgrpo.rollout.policy.stopping import JsonObjectEnd
+from streamgrpo.inference.local import LocalPolicy
+from streamgrpo.inference.stopping import JsonObjectEnd
 
 #: name -> LocalPolicy settings
 CONFIGS: dict[str, dict[str, Any]] = {

@@ -2,7 +2,7 @@
 
 Samples come from the real pipeline, in-process (no Kafka): built-in training tasks -> ``fan_out``
 (group size ``--group-size``, T=1.0, top_p=1.0, ``--max-new-tokens``, ``--max-turns``) ->
-``rollout.loop.run_group`` on a :class:`~streamgrpo.rollout.policy.local.LocalPolicy` in
+``rollout.loop.run_group`` on a :class:`~streamgrpo.inference.local.LocalPolicy` in
 ``--policy-dtype`` (the planner's real prompts, SAMPLED actions and their true behaviour logprobs)
 -> the judge (``judge.decide.decide_reward``) -> the advantage window (GRPO) ->
 ``streams.samples.build_sample`` (every planner turn, the trajectory's advantage, its sampling

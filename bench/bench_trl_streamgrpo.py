@@ -1,7 +1,7 @@
 """The streamgrpo side of ``bench_trl.py``: the real components, in-process, without Kafka.
 
 Per optimizer step: ``tasks_per_step`` tasks -> N RolloutRequests each (``streams.fanout.fan_out``)
--> ``rollout.loop.run_group`` on a :class:`~streamgrpo.rollout.policy.local.LocalPolicy` (model-free
+-> ``rollout.loop.run_group`` on a :class:`~streamgrpo.inference.local.LocalPolicy` (model-free
 executor/verifier, ``max_turns=2``, T=1.0, top_p=1.0, ``max_new_tokens=completion_len``) -> the
 ``builtin`` judge on every RolloutCompleted (``judge.decide.decide_reward``) -> the advantage
 window (``streams.window_core``, GRPO estimator) -> TrainingSamples (``streams.samples.build_sample``,

@@ -34,11 +34,11 @@ from typing import Any
 from bench_generation import QUESTION, TOOLS
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.base import PlannerPolicy
+from streamgrpo.inference.local import LocalPolicy
+from streamgrpo.inference.vllm import VLLMPolicy
+from streamgrpo.inference.vllm_server import free_port, served_model_name, serving
 from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.policy.base import PlannerPolicy
-from streamgrpo.rollout.policy.local import LocalPolicy
-from streamgrpo.rollout.policy.vllm import VLLMPolicy
-from streamgrpo.rollout.vllm_server import free_port, served_model_name, serving
 
 QUESTIONS = ["What is the population of the capital of France, divided by 1000?",
              "How many days are there in 17 weeks, minus the number of planets?",

@@ -19,7 +19,7 @@ times the same three paths on a random model of SmolLM2-135M's architecture (no 
 warms up, then ``--repeats`` steps are timed (``step_s``, sorted), fp32 being the same-run baseline.
 
 Needs: CUDA, transformers, peft, and bitsandbytes for the qlora path (``pip install 'streamgrpo[gpu]'``).
-Not covered: vLLM on a GPU (its server is the same code as on CPU, ``rollout/vllm_server.py``), multi-GPU.
+Not covered: vLLM on a GPU (its server is the same code as on CPU, ``inference/vllm_server.py``), multi-GPU.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from the event alone (the turn of each action decides whether the answer-only fo
 sample instead of recomputing a different distribution.
 
 :class:`TokenGrammar` compiles it against one tokenizer and vocabulary:
-- :meth:`TokenGrammar.logits_mask` is the sampler's per-row hook (:mod:`streamgrpo.rollout.policy.sampling`):
+- :meth:`TokenGrammar.logits_mask` is the sampler's per-row hook (:mod:`streamgrpo.inference.sampling`):
   the allowed next tokens given the tokens the row sampled so far;
 - :meth:`TokenGrammar.replay` recomputes, for a recorded action, the allowed-token bitmask before each
   of its tokens (the mask is a function of the token prefix only), for the trainer's recomputation.

@@ -49,6 +49,7 @@ from pathlib import Path
 from streamgrpo import metrics
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.inference.base import PlannerPolicy
 from streamgrpo.models.errors import AdapterIntegrityError
 from streamgrpo.models.registry import AdapterRegistry, Announced, Announcement, Change, PrimaryChanged
 from streamgrpo.rollout.errors import (
@@ -57,7 +58,6 @@ from streamgrpo.rollout.errors import (
     AdapterRefusedError,
     PolicyError,
 )
-from streamgrpo.rollout.policy.base import PlannerPolicy
 from streamgrpo.topics import catalog
 from streamgrpo.topics.follow import LogFollower, StopSignal
 from streamgrpo.topics.received import Received

@@ -43,8 +43,8 @@ from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
-from streamgrpo.rollout.policy.base import Generation, PlannerPolicy
-from streamgrpo.rollout.policy.stopping import JsonObjectEnd
+from streamgrpo.inference.base import Generation, PlannerPolicy
+from streamgrpo.inference.stopping import JsonObjectEnd
 from streamgrpo.rollout.roles import planner
 from streamgrpo.rollout.roles.analyser import Analyser, RuleAnalyser
 from streamgrpo.rollout.roles.executor import Executor, PassthroughExecutor, tool_example, unknown_tool

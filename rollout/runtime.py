@@ -16,9 +16,9 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from streamgrpo.inference.base import PlannerPolicy, TextModel
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import LoopContext, effective_prefix
-from streamgrpo.rollout.policy.base import PlannerPolicy, TextModel
 from streamgrpo.rollout.roles.analyser import build_analyser
 from streamgrpo.rollout.roles.executor import build_executor
 from streamgrpo.rollout.roles.synthesiser import build_synthesiser
@@ -31,15 +31,15 @@ log = logging.getLogger(__name__)
 
 
 def _local_policy(cfg: RolloutConfig) -> PlannerPolicy:
-    from streamgrpo.rollout.policy.local import LocalPolicy
+    from streamgrpo.inference.local import LocalPolicy
 
     return LocalPolicy(cfg.model, device=cfg.device, cache_dir=cfg.model_cache, dtype=cfg.dtype,
                        keep_last=cfg.keep_resident, engine=cfg.engine, prefix_cache_tokens=cfg.prefix_cache_tokens)
 
 
 def _vllm_policy(cfg: RolloutConfig) -> PlannerPolicy:
+    from streamgrpo.inference.vllm import VLLMPolicy
     from streamgrpo.models.base import resolve_base_model
-    from streamgrpo.rollout.policy.vllm import VLLMPolicy
 
     tokenizer = str(resolve_base_model(cfg.model, cfg.model_cache))  # local: cuts replies from token ids
     policy = VLLMPolicy(base_url=cfg.vllm_url, model=cfg.vllm_model or cfg.model, api_key=cfg.vllm_api_key,
@@ -53,7 +53,7 @@ POLICIES: dict[str, Callable[[RolloutConfig], PlannerPolicy]] = {"local": _local
 
 
 def _local_text(cfg: RolloutConfig, policy: PlannerPolicy) -> TextModel:
-    from streamgrpo.rollout.policy.local import LocalPolicy, LocalTextModel
+    from streamgrpo.inference.local import LocalPolicy, LocalTextModel
 
     # the same weights with the adapter disabled; a non-local planner gets its own local copy
     base = policy if isinstance(policy, LocalPolicy) else _local_policy(cfg)
@@ -61,7 +61,7 @@ def _local_text(cfg: RolloutConfig, policy: PlannerPolicy) -> TextModel:
 
 
 def _openai_text(cfg: RolloutConfig, policy: PlannerPolicy) -> TextModel:
-    from streamgrpo.rollout.policy.openai_text import OpenAITextModel
+    from streamgrpo.inference.openai_text import OpenAITextModel
 
     if not cfg.role_base_url or not cfg.role_model:
         raise ValueError("role_backend 'openai' needs role_base_url and role_model in the [rollout] settings")
@@ -91,7 +91,7 @@ PYTHON_TOOL_OFF = ('To run without the python tool, leave "python" out of [rollo
 
 def with_off_switch(build: Callable[[], Any]) -> Any:
     """``build()``; a SandboxUnavailableError gets :data:`PYTHON_TOOL_OFF` added to its message."""
-    from streamgrpo.rollout.tools.errors import SandboxUnavailableError
+    from streamgrpo.sandbox.errors import SandboxUnavailableError
 
     try:
         return build()
@@ -105,7 +105,7 @@ def preflight_tools(cfg: RolloutConfig) -> None:
     real jail runs when the tool is built (:func:`build_context`)."""
     if "python" not in cfg.tools.enabled:
         return
-    from streamgrpo.rollout.tools.jail import plan_jail
+    from streamgrpo.sandbox.jail import plan_jail
 
     with_off_switch(lambda: plan_jail(cfg.tools.sandbox))
 

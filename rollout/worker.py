@@ -12,7 +12,7 @@ Wiring only (the agent logic is :mod:`streamgrpo.rollout.loop`):
 - runs up to ``concurrency`` groups at once, each with :func:`run_group` in a worker thread (model
   calls block; the asyncio consumer keeps heartbeating meanwhile). With the local policy's fast
   engine (the default) the planner calls of concurrent groups are decoded in ONE batch
-  (:mod:`~streamgrpo.rollout.policy.engine`), so concurrency overlaps generation, not only tools;
+  (:mod:`~streamgrpo.inference.engine`), so concurrency overlaps generation, not only tools;
 - then flushes the producer and only then commits the offsets: at-least-once.
 
 Adapter versions (no silent fallback): a group runs on the version its requests carry, unless that

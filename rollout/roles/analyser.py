@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from streamgrpo.rollout.policy.base import TextModel
+from streamgrpo.inference.base import TextModel
 from streamgrpo.rollout.roles.types import QueryAnalysis, pick_mode, prompt_hash, require_model
 from streamgrpo.rollout.structured import parse_into
 

@@ -5,7 +5,7 @@ Modes (registry :data:`EXECUTORS`, chosen by ``RolloutConfig.executor_mode``, re
 
 - ``passthrough`` (default for training on CPU): the planner's input goes straight to the tool
   (:func:`~streamgrpo.rollout.tools.base.coerce_args` maps plain text to the tool's first parameter);
-- ``model``: a fixed :class:`~streamgrpo.rollout.policy.base.TextModel` rewrites the planner's input
+- ``model``: a fixed :class:`~streamgrpo.inference.base.TextModel` rewrites the planner's input
   into the exact tool input (``{"input": ...}``); if its output does not parse, the planner's input
   is used and the mode is recorded as ``model-fallback``.
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from streamgrpo.rollout.policy.base import TextModel
+from streamgrpo.inference.base import TextModel
 from streamgrpo.rollout.roles.types import (
     NextStep,
     Observation,

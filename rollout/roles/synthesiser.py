@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamgrpo.rollout.policy.base import TextModel
+from streamgrpo.inference.base import TextModel
 from streamgrpo.rollout.roles.types import TurnRecord, pick_mode, prompt_hash, require_model
 
 SYSTEM_TEMPLATE = """Answer the question in one short sentence using the notes. Write only the answer."""

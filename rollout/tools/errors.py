@@ -23,8 +23,3 @@ class ToolInputError(ToolError):
 class ToolConfigError(ToolError, ConfigError):
     """A tool cannot be built from the settings (unknown name, missing dependency, bad corpus file). A
     :class:`~streamgrpo.errors.ConfigError`: permanent, so the service exits "misconfigured, do not restart"."""
-
-
-class SandboxUnavailableError(ToolConfigError):
-    """The python sandbox's isolation cannot be applied here; the message names what is missing and
-    how to grant it. Raised when the tool is built (the worker refuses to start), never skipped."""

@@ -10,8 +10,8 @@ from support.mcp_servers import stdio_server
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.policy.local import LocalPolicy
 from streamgrpo.rollout.runtime import build_context
 from streamgrpo.rollout.tools.config import ToolsSettings
 from streamgrpo.rollout.tools.mcp import McpTool

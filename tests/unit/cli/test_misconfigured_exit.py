@@ -56,8 +56,9 @@ def test_the_off_switch_the_message_names_skips_the_sandbox() -> None:
     """Without "python" in [rollout.tools] enabled, the same host (no bubblewrap) passes the start-up check."""
     from streamgrpo.rollout.config import RolloutConfig
     from streamgrpo.rollout.runtime import preflight_tools
-    from streamgrpo.rollout.tools.config import SandboxSettings, ToolsSettings
-    from streamgrpo.rollout.tools.errors import SandboxUnavailableError
+    from streamgrpo.rollout.tools.config import ToolsSettings
+    from streamgrpo.sandbox.config import SandboxSettings
+    from streamgrpo.sandbox.errors import SandboxUnavailableError
 
     missing = SandboxSettings(bwrap="/nonexistent/bwrap")
     with pytest.raises(SandboxUnavailableError):

@@ -14,10 +14,10 @@ from streamgrpo.evaluation.adapters import from_dir
 from streamgrpo.evaluation.core import paired_difference
 from streamgrpo.evaluation.judging import CorrectnessJudge
 from streamgrpo.evaluation.runner import EvalSpec, _requests, evaluate
+from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.judge.config import JudgeSettings
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import run_groups
-from streamgrpo.rollout.policy.local import LocalPolicy
 from streamgrpo.rollout.runtime import build_context
 from streamgrpo.rollout.tools.config import ToolsSettings
 from streamgrpo.tasks.datasets import TaskRow

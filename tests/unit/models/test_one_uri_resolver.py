@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 HOME = "models/adapter_store.py"
 PARSERS = frozenset({"urlparse", "urlsplit", "unquote", "url2pathname"})
 #: (file, function called) -> why it is not an adapter uri
-ALLOWED = {("rollout/vllm_server.py", "urlparse"): "the vLLM server's base URL (host and port), not an adapter"}
+ALLOWED = {("inference/vllm_server.py", "urlparse"): "the vLLM server's base URL (host and port), not an adapter"}
 
 
 def product_files() -> Iterator[Path]:

@@ -13,8 +13,8 @@ from streamgrpo.avro import records as R
 from streamgrpo.config import LoopSettings, load
 from streamgrpo.errors import ConfigError
 from streamgrpo.evaluation.adapters import TargetError, parse_version, resolve
+from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.rollout.adapters import AdapterFollower
-from streamgrpo.rollout.policy.local import LocalPolicy
 
 
 def _published(version: int, uri: str, sha: str, name: str = "planner") -> R.AdapterPublished:

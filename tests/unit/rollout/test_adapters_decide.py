@@ -10,10 +10,10 @@ import torch
 from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.models.registry import AdapterRegistry, Announced, PrimaryChanged
 from streamgrpo.rollout.adapters import AdapterFollower, loads_worth_doing
 from streamgrpo.rollout.errors import AdapterNotResidentError
-from streamgrpo.rollout.policy.local import LocalPolicy
 
 
 def published(version: int, uri: str = "/nowhere", sha: str = "0" * 64, name: str = "planner") -> R.AdapterPublished:
@@ -86,7 +86,7 @@ def test_follower_verifies_refuses_and_loads_on_demand(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_backend_is_a_transient_failure_not_a_refusal(tmp_path: Path) -> None:
-    from streamgrpo.rollout.policy.vllm import VLLMPolicy
+    from streamgrpo.inference.vllm import VLLMPolicy
 
     policy = VLLMPolicy("http://127.0.0.1:9/v1", "base", timeout=1.0, max_retries=0)  # discard port: refused
     follower = AdapterFollower(policy)

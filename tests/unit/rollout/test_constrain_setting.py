@@ -8,11 +8,11 @@ import pytest
 from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.base import Generation, PlannerPolicy
+from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.models.grammar import ActionGrammar
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import LoopContext, applied_sampling
-from streamgrpo.rollout.policy.base import Generation, PlannerPolicy
-from streamgrpo.rollout.policy.local import LocalPolicy
 from streamgrpo.rollout.runtime import build_constraint, build_context
 from streamgrpo.rollout.tools.calculator import Calculator
 from streamgrpo.rollout.tools.config import ToolsSettings

@@ -7,10 +7,10 @@ from support.mcp_servers import stdio_server
 from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.models.grammar import ActionGrammar
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import run_group
-from streamgrpo.rollout.policy.local import LocalPolicy
 from streamgrpo.rollout.runtime import build_context
 from streamgrpo.rollout.tools.config import ToolsSettings
 from streamgrpo.rollout.tools.mcp import McpTool

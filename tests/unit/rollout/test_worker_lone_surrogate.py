@@ -14,9 +14,9 @@ import pytest
 from streamgrpo.avro import records as R
 from streamgrpo.avro.codec import Codec
 from streamgrpo.config import KafkaSettings
+from streamgrpo.inference.base import Generation, PlannerPolicy
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import LoopContext
-from streamgrpo.rollout.policy.base import Generation, PlannerPolicy
 from streamgrpo.rollout.worker import RolloutWorker
 
 

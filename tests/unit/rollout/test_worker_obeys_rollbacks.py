@@ -6,10 +6,10 @@ from pathlib import Path
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.inference.base import Generation, PlannerPolicy
 from streamgrpo.rollout.adapters import AdapterFollower
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import LoopContext
-from streamgrpo.rollout.policy.base import Generation, PlannerPolicy
 from streamgrpo.rollout.worker import RolloutWorker
 
 

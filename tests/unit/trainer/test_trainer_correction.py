@@ -14,7 +14,7 @@ import copy
 import torch
 from support.tiny_model import tiny_model
 
-from streamgrpo.rollout.policy.sampling import behaviour_logprobs, sample_batch
+from streamgrpo.inference.sampling import behaviour_logprobs, sample_batch
 from streamgrpo.trainer.losses import LossConfig, LossInputs, build_loss
 from streamgrpo.trainer.model import ModelSpec, attach_lora, token_logprobs
 

@@ -16,9 +16,9 @@ import torch
 from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.models.grammar import ActionGrammar, GrammarReplay
 from streamgrpo.rollout.loop import LoopContext, run_group
-from streamgrpo.rollout.policy.local import LocalPolicy
 from streamgrpo.rollout.roles import planner
 from streamgrpo.rollout.runtime import build_constraint
 from streamgrpo.rollout.tools.calculator import Calculator

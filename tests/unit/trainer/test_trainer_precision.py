@@ -38,7 +38,7 @@ def lora(seed=0, tied=False):
 @pytest.mark.parametrize(("amx", "avx512_bf16", "expected"), [(True, True, torch.bfloat16), (True, False, torch.bfloat16),
                                                               (False, True, torch.float32), (False, False, torch.float32)])
 def test_auto_on_cpu_picks_bf16_only_with_amx_like_the_rollout_policy(monkeypatch, amx, avx512_bf16, expected):
-    from streamgrpo.rollout.policy.numerics import resolve_dtype
+    from streamgrpo.inference.numerics import resolve_dtype
 
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)

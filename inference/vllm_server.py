@@ -3,7 +3,7 @@
 Functional core: :func:`server_command` and :func:`server_env` turn :class:`RolloutConfig` into the
 documented command line and environment (no I/O). Shell: :class:`VLLMServerProcess` (start in its
 own process group, stop by pid), :func:`wait_ready`, :func:`serving` (a context manager for tests
-and benchmarks) and :func:`main` (``python -m streamgrpo.rollout.vllm_server``: execs the server
+and benchmarks) and :func:`main` (``python -m streamgrpo.inference.vllm_server``: execs the server
 from the settings; ``streamgrpo run --policy vllm`` supervises it as a child).
 
 The server command (vLLM's OpenAI-compatible server; ``vllm serve`` cannot find its own package
@@ -283,7 +283,7 @@ def wait_for_run(environ: Mapping[str, str], *, alive: Callable[[], bool], log_p
 
 
 def main() -> None:
-    """``python -m streamgrpo.rollout.vllm_server``: exec the server described by the ``[rollout]`` settings."""
+    """``python -m streamgrpo.inference.vllm_server``: exec the server described by the ``[rollout]`` settings."""
     from streamgrpo.config import load
     from streamgrpo.errors import StreamGRPOError
     from streamgrpo.supervisor import die_with_supervisor

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.residency import AdapterSlots
+from streamgrpo.inference.stopping import JsonObjectEnd
 from streamgrpo.rollout.errors import AdapterInUseError
-from streamgrpo.rollout.policy.residency import AdapterSlots
-from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 
 if TYPE_CHECKING:
-    from streamgrpo.rollout.policy.sampling import LogitsMask
+    from streamgrpo.inference.sampling import LogitsMask
 
 #: Version number meaning "the base model, no adapter".
 BASE_VERSION = 0

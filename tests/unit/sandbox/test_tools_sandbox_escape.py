@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from streamgrpo.rollout.tools.config import SandboxSettings
 from streamgrpo.rollout.tools.python_sandbox import PythonSandbox
+from streamgrpo.sandbox.config import SandboxSettings
 
 CANARY = "streamgrpo-canary-" + uuid.uuid4().hex
 LIMITS = {"cpu_seconds": 5, "wall_seconds": 20.0, "memory_mb": 256, "disk_mb": 8, "max_processes": 16,

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from streamgrpo.rollout.tools._sandbox_child import EXIT_UNSAFE
-from streamgrpo.rollout.tools.config import SandboxSettings
-from streamgrpo.rollout.tools.python_sandbox import run_sandboxed
+from streamgrpo.sandbox._sandbox_child import EXIT_UNSAFE
+from streamgrpo.sandbox.config import SandboxSettings
+from streamgrpo.sandbox.runner import run_sandboxed
 
 FORGED = "\n2026-01-01 ERROR streamgrpo.trainer: forged line\x1b]52;c;Zm9v\x07\r"
 
@@ -18,7 +18,7 @@ FORGED = "\n2026-01-01 ERROR streamgrpo.trainer: forged line\x1b]52;c;Zm9v\x07\r
 def test_a_programs_stderr_in_a_start_failure_is_one_escaped_bounded_log_line(caplog: pytest.LogCaptureFixture,
                                                                              ) -> None:
     code = f"import os, sys\nsys.stderr.write({FORGED!r} * 40)\nsys.stderr.flush()\nos._exit({EXIT_UNSAFE})\n"
-    with caplog.at_level(logging.ERROR, logger="streamgrpo.rollout.tools.python_sandbox"):
+    with caplog.at_level(logging.ERROR, logger="streamgrpo.sandbox.runner"):
         run = run_sandboxed(code, SandboxSettings(cpu_seconds=2, wall_seconds=20, memory_mb=256))
     assert run.jail_error is not None and "forged line" in run.jail_error  # the program's stderr was quoted
     records = [r for r in caplog.records if r.getMessage().startswith("python sandbox:")]

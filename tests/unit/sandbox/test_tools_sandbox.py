@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from streamgrpo.rollout.tools.config import SandboxSettings
-from streamgrpo.rollout.tools.python_sandbox import PythonSandbox, run_sandboxed
+from streamgrpo.rollout.tools.python_sandbox import PythonSandbox
+from streamgrpo.sandbox.config import SandboxSettings
+from streamgrpo.sandbox.runner import run_sandboxed
 
 
 @pytest.fixture
@@ -222,7 +223,7 @@ def test_a_lone_surrogate_in_the_code_is_an_error_and_leaks_no_memfd(tool: Pytho
 
 
 def test_memfds_made_for_a_run_are_closed_when_one_cannot_be_made() -> None:
-    from streamgrpo.rollout.tools.python_sandbox import _memfds as make
+    from streamgrpo.sandbox.runner import _memfds as make
 
     before = _memfds()
     with pytest.raises(ValueError):

@@ -1,4 +1,4 @@
-"""Canary for the private oneDNN ops of :mod:`streamgrpo.rollout.policy.packing`: fails if a torch upgrade
+"""Canary for the private oneDNN ops of :mod:`streamgrpo.inference.packing`: fails if a torch upgrade
 changes them (then the engine would silently fall back to plain products -- slower, still correct)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from streamgrpo.rollout.policy.packing import pack
+from streamgrpo.inference.packing import pack
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from streamgrpo.rollout.tools.config import SandboxSettings
-from streamgrpo.rollout.tools.errors import SandboxUnavailableError
-from streamgrpo.rollout.tools.jail import plan_jail, traversable
-from streamgrpo.rollout.tools.python_sandbox import PythonSandbox, run_sandboxed, verify_jail
-from streamgrpo.rollout.tools.seccomp import ARCHES, DENIED, SeccompUnsupportedError, build_program
+from streamgrpo.rollout.tools.python_sandbox import PythonSandbox
+from streamgrpo.sandbox.config import SandboxSettings
+from streamgrpo.sandbox.errors import SandboxUnavailableError
+from streamgrpo.sandbox.jail import plan_jail, traversable
+from streamgrpo.sandbox.runner import run_sandboxed, verify_jail
+from streamgrpo.sandbox.seccomp import ARCHES, DENIED, SeccompUnsupportedError, build_program
 
 ROOT_ONLY = "the worker is not root here, so the sandbox runs as the worker's own (unprivileged) uid"
 
@@ -121,8 +122,8 @@ def test_seccomp_on_an_unknown_architecture_is_an_error() -> None:
 
 
 def test_the_bootstrap_config_round_trips() -> None:
-    from streamgrpo.rollout.tools._sandbox_child import format_config, parse_config
-    from streamgrpo.rollout.tools.python_sandbox import child_config
+    from streamgrpo.sandbox._sandbox_child import format_config, parse_config
+    from streamgrpo.sandbox.runner import child_config
 
     cfg = {"workdir": "/tmp", "code_path": "/sandbox/main.py", "cpu_seconds": 5, "audit_hook": True, "probe": False}
     assert parse_config(format_config(cfg)) == {**cfg, "audit_hook": 1, "probe": 0}

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from streamgrpo.rollout.policy.sampling import behaviour_logprobs, left_pad, nucleus_filter, sample_step
+from streamgrpo.inference.sampling import behaviour_logprobs, left_pad, nucleus_filter, sample_step
 
 
 def test_left_pad_masks_padding_and_counts_positions_from_first_real_token() -> None:
@@ -44,7 +44,7 @@ def test_greedy_uses_untempered_logprobs() -> None:
 def test_repeated_prompts_are_prefilled_once_and_every_row_matches_a_fresh_forward() -> None:
     from support.tiny_policy import build_tiny_model
 
-    from streamgrpo.rollout.policy.sampling import sample_batch
+    from streamgrpo.inference.sampling import sample_batch
 
     model = build_tiny_model(seed=5)
     widths: list[int] = []
@@ -76,7 +76,7 @@ def test_repeated_prompts_are_prefilled_once_and_every_row_matches_a_fresh_forwa
 
 
 def test_inverse_cdf_draw_follows_the_distribution_and_never_picks_a_zero_probability_token() -> None:
-    from streamgrpo.rollout.policy.sampling import draw
+    from streamgrpo.inference.sampling import draw
 
     probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0]] * 20000)
     gen = torch.Generator().manual_seed(0)

@@ -8,7 +8,7 @@ packed once (``torch.ops.mkldnn._reorder_linear_weight``, applied with
 - :func:`pack` is used only on CPU builds with oneDNN, and checks its result against the plain
   product on a probe before it is trusted; on any failure it returns None and the caller keeps
   the plain product (with a log line once);
-- ``tests/unit/rollout/test_policy_packing.py`` fails if a torch upgrade changes their behaviour.
+- ``tests/unit/inference/test_policy_packing.py`` fails if a torch upgrade changes their behaviour.
 
 Measured on the 2-core AVX-512 CPU here (M = 8 rows, float32): the 576 x 49152 output head
 1.2-1.5x faster packed than ``x @ W.T``; the layer products (576 x <= 3072) were NOT faster packed

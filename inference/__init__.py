@@ -1,4 +1,4 @@
-"""Planner policy backends.
+"""Inference: the planner policy backends and the vLLM server the rollout worker starts.
 
 - :mod:`.base`: the :class:`~.base.PlannerPolicy` interface (token ids + behaviour logprobs,
   versioned LoRA adapters, pinning) and the :class:`~.base.TextModel` protocol.
@@ -10,6 +10,8 @@
 - :mod:`.vllm`: a vLLM server over HTTP (:class:`~.vllm.VLLMPolicy`).
 - :mod:`.openai_text`: any OpenAI-compatible chat endpoint as a :class:`~.base.TextModel`.
 - :mod:`.residency`: which versions stay resident (keep-last-K, pins, protected primary).
+- :mod:`.vllm_server`: starts and supervises a vLLM OpenAI server for :mod:`.vllm` (``python -m
+  streamgrpo.inference.vllm_server``, launched by ``streamgrpo run``).
 
 Importing this package imports nothing heavy; torch/transformers/httpx load with the backend module.
 """

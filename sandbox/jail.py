@@ -3,7 +3,7 @@
 :func:`plan_jail` resolves everything a call needs (the ``bwrap`` binary, the unprivileged uid, an
 interpreter that uid can read) and :func:`verify_jail` runs one probe through the real jail and
 checks, from outside and from inside, that every isolation took effect. Either raises
-:class:`~streamgrpo.rollout.tools.errors.SandboxUnavailableError`, naming what is missing and how to
+:class:`~streamgrpo.sandbox.errors.SandboxUnavailableError`, naming what is missing and how to
 grant it; the tool then refuses to start (fail closed, nothing is skipped silently).
 
 What every call gets (:func:`bwrap_argv`):
@@ -51,11 +51,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamgrpo.rollout.tools._sandbox_child import rlimit_values
-from streamgrpo.rollout.tools.config import SandboxSettings
-from streamgrpo.rollout.tools.errors import SandboxUnavailableError
-from streamgrpo.rollout.tools.sandbox_cgroup import CgroupPlan
-from streamgrpo.rollout.tools.seccomp import SeccompUnsupportedError, build_program
+from streamgrpo.sandbox._sandbox_child import rlimit_values
+from streamgrpo.sandbox.config import SandboxSettings
+from streamgrpo.sandbox.errors import SandboxUnavailableError
+from streamgrpo.sandbox.sandbox_cgroup import CgroupPlan
+from streamgrpo.sandbox.seccomp import SeccompUnsupportedError, build_program
 
 WORKDIR = "/tmp"
 BOOTSTRAP_PATH = "/sandbox/bootstrap.py"

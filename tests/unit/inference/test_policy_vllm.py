@@ -17,15 +17,15 @@ import pytest
 from pydantic import SecretStr
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.openai_text import OpenAITextModel
+from streamgrpo.inference.stopping import JsonObjectEnd
+from streamgrpo.inference.vllm import VLLMPolicy
 from streamgrpo.rollout.errors import (
     AdapterLoadError,
     AdapterNotResidentError,
     BackendUnavailableError,
     PolicyError,
 )
-from streamgrpo.rollout.policy.openai_text import OpenAITextModel
-from streamgrpo.rollout.policy.stopping import JsonObjectEnd
-from streamgrpo.rollout.policy.vllm import VLLMPolicy
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 BASE = "smollm2-135m-instruct"  # the served name in the captured payloads
@@ -224,7 +224,7 @@ def test_plain_string_key_and_local_tokenizer_are_accepted(server: FakeVLLM) -> 
 
 @pytest.fixture(scope="module")
 def smollm2_tokenizer() -> Any:
-    from streamgrpo.rollout.policy.vllm import load_tokenizer
+    from streamgrpo.inference.vllm import load_tokenizer
 
     return load_tokenizer("smollm2-135m-instruct")
 
@@ -292,7 +292,7 @@ def test_wait_ready_needs_health_and_the_served_model(server: FakeVLLM) -> None:
     server.routes["/health"] = [(503, {"detail": "loading"}, 0.0), (200, "", 0.0)]
     server.routes["/v1/models"] = [(200, {"object": "list", "data": []}, 0.0), (200, models, 0.0)]
     pol = policy(server)
-    from streamgrpo.rollout import vllm_server
+    from streamgrpo.inference import vllm_server
 
     assert vllm_server.probe(pol.base_url, BASE) is not None  # 503 while loading
     assert vllm_server.probe(pol.base_url, BASE) is not None  # up, but not serving the model yet

@@ -39,9 +39,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamgrpo.rollout.tools.config import SandboxSettings
-from streamgrpo.rollout.tools.errors import ToolError
-from streamgrpo.rollout.tools.sandbox_io import wait_child_pid
+from streamgrpo.sandbox.config import SandboxSettings
+from streamgrpo.sandbox.errors import SandboxError
+from streamgrpo.sandbox.sandbox_io import wait_child_pid
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ OVERHEAD_MB = 32
 _PERIOD_US = 100_000
 
 
-class CgroupError(ToolError):
+class CgroupError(SandboxError):
     """A call's cgroup could not be made or joined (the program is not run)."""
 
 

@@ -1,7 +1,7 @@
 """Bootstrap of the python sandbox child (stdlib only; any Python >= 3.8).
 
 It runs as ``python -I -B /sandbox/bootstrap.py key=value,...`` INSIDE the bubblewrap jail (see
-:mod:`streamgrpo.rollout.tools.jail`), already as an unprivileged uid, before the untrusted code:
+:mod:`streamgrpo.sandbox.jail`), already as an unprivileged uid, before the untrusted code:
 
 1. read its configuration (:func:`parse_config`; not JSON: importing ``json`` costs ~20 ms per call)
    and refuse to continue as uid 0 (exit 121): the jail must have dropped privileges;

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from streamgrpo.rollout.tools.config import SandboxSettings
-from streamgrpo.rollout.tools.errors import SandboxUnavailableError
-from streamgrpo.rollout.tools.jail import plan_jail
-from streamgrpo.rollout.tools.python_sandbox import PythonSandbox, run_sandboxed, verify_jail
-from streamgrpo.rollout.tools.sandbox_cgroup import (
+from streamgrpo.rollout.tools.python_sandbox import PythonSandbox
+from streamgrpo.sandbox.config import SandboxSettings
+from streamgrpo.sandbox.errors import SandboxUnavailableError
+from streamgrpo.sandbox.jail import plan_jail
+from streamgrpo.sandbox.runner import run_sandboxed, verify_jail
+from streamgrpo.sandbox.sandbox_cgroup import (
     OVERHEAD_MB,
     CgroupPlan,
     cgroup2_mount,
@@ -30,7 +31,7 @@ from streamgrpo.rollout.tools.sandbox_cgroup import (
     own_cgroup,
     plan_cgroup,
 )
-from streamgrpo.rollout.tools.sandbox_limits import limit_scopes
+from streamgrpo.sandbox.sandbox_limits import limit_scopes
 
 JAIL_ONLY = {"audit_hook": False}  # the jail alone must hold (the project's criterion)
 REAL_BWRAP = shutil.which("bwrap")
@@ -108,7 +109,7 @@ def test_memory_outside_every_rlimit_and_foreign_socket_families_are_refused() -
 
 
 def test_the_start_says_loudly_which_limits_do_not_hold_for_the_call(caplog: pytest.LogCaptureFixture) -> None:
-    name = "streamgrpo.rollout.tools.sandbox_limits"  # other loggers (the jail's) may log at INFO too, by test order
+    name = "streamgrpo.sandbox.sandbox_limits"  # other loggers (the jail's) may log at INFO too, by test order
     with caplog.at_level(logging.INFO, logger=name):
         PythonSandbox(SandboxSettings())
         default = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == name]
@@ -157,7 +158,7 @@ def test_limit_scopes_follow_the_fork_setting() -> None:
 
 def test_the_start_warning_says_why_no_cgroup_bounds_the_call(caplog: pytest.LogCaptureFixture) -> None:
     found = plan_cgroup(SandboxSettings())
-    with caplog.at_level(logging.INFO, logger="streamgrpo.rollout.tools"):
+    with caplog.at_level(logging.INFO, logger="streamgrpo.sandbox"):
         PythonSandbox(SandboxSettings())
     text = " ".join(r.getMessage() for r in caplog.records)
     if isinstance(found, str):  # this host: memory and pids live on cgroup v1, or nothing is writable

@@ -7,8 +7,8 @@ import pytest
 from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
-from streamgrpo.rollout.policy.local import LocalPolicy
-from streamgrpo.rollout.policy.stopping import JsonObjectEnd
+from streamgrpo.inference.local import LocalPolicy
+from streamgrpo.inference.stopping import JsonObjectEnd
 
 
 @pytest.mark.parametrize(("prefix", "reply", "end"), [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from streamgrpo.inference.numerics import engine_label, resolve_dtype
 from streamgrpo.rollout.errors import PolicyError
-from streamgrpo.rollout.policy.numerics import engine_label, resolve_dtype
 
 
 @pytest.mark.parametrize(("amx", "avx512_bf16", "expected"), [(True, True, torch.bfloat16), (False, True, torch.float32),

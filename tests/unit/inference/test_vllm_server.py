@@ -11,9 +11,7 @@ import pytest
 from fixtures.vllm.support import group_members
 from pydantic import SecretStr
 
-from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.errors import VLLMServerError
-from streamgrpo.rollout.vllm_server import (
+from streamgrpo.inference.vllm_server import (
     VLLMServerProcess,
     cpu_ranges,
     find_python,
@@ -23,6 +21,8 @@ from streamgrpo.rollout.vllm_server import (
     server_env,
     wait_ready,
 )
+from streamgrpo.rollout.config import RolloutConfig
+from streamgrpo.rollout.errors import VLLMServerError
 
 
 def test_command_has_the_documented_flags_and_binds_the_url() -> None:
@@ -84,7 +84,8 @@ def test_a_server_that_dies_during_startup_is_reported_with_its_log(tmp_path: Pa
 def test_waiting_gives_up_after_the_timeout_and_reports_progress(tmp_path: Path) -> None:
     ticks: list[float] = []
     with pytest.raises(VLLMServerError, match="not ready after"):
-        wait_ready("http://127.0.0.1:9/v1", "m", timeout_s=0.2, on_wait=lambda e, _r: ticks.append(e),
+        # 2 s, not less: the first probe imports httpx, which alone took over 0.2 s on a loaded machine
+        wait_ready("http://127.0.0.1:9/v1", "m", timeout_s=2.0, on_wait=lambda e, _r: ticks.append(e),
                    interval_s=0.05)
     assert ticks and ticks == sorted(ticks)
 
@@ -112,7 +113,7 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
 
 
 def test_the_launcher_started_by_run_accepts_the_supervisor_variable_and_does_not_pass_it_on(tmp_path: Path) -> None:
-    """`run` starts `python -m streamgrpo.rollout.vllm_server` with STREAMGRPO_SUPERVISOR_PID set, like every
+    """`run` starts `python -m streamgrpo.inference.vllm_server` with STREAMGRPO_SUPERVISOR_PID set, like every
     child; the launcher must arm die-with-supervisor and exec the server without it (it once refused the
     variable as a misspelt setting, and the vLLM server never started)."""
     import subprocess
@@ -126,7 +127,7 @@ def test_the_launcher_started_by_run_accepts_the_supervisor_variable_and_does_no
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGRPO_")}
     env.update(STREAMGRPO_SUPERVISOR_PID=str(os.getpid()), STREAMGRPO_ROLLOUT__VLLM_PYTHON=str(fake),
                STREAMGRPO_ROLLOUT__MODEL=str(model))
-    proc = subprocess.run([sys.executable, "-m", "streamgrpo.rollout.vllm_server"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "streamgrpo.inference.vllm_server"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     text = seen.read_text()

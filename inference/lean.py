@@ -35,9 +35,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from streamgrpo.rollout.policy.attention import PrefixGroup, cascade_attention
-from streamgrpo.rollout.policy.kvcache import RowCache
-from streamgrpo.rollout.policy.packing import PackedLinear, pack
+from streamgrpo.inference.attention import PrefixGroup, cascade_attention
+from streamgrpo.inference.kvcache import RowCache
+from streamgrpo.inference.packing import PackedLinear, pack
 
 #: fused group -> the projections it concatenates (output order)
 GROUPS: dict[str, tuple[str, ...]] = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",),

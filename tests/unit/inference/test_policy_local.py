@@ -12,9 +12,9 @@ import torch
 from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.base import Generation
+from streamgrpo.inference.local import LocalPolicy, LocalTextModel
 from streamgrpo.rollout.errors import AdapterInUseError, AdapterNotResidentError
-from streamgrpo.rollout.policy.base import Generation
-from streamgrpo.rollout.policy.local import LocalPolicy, LocalTextModel
 
 MESSAGES = [
     [{"role": "user", "content": "What is 2+2?"}],
@@ -259,8 +259,8 @@ def test_logits_mask_hook_records_the_masked_renormalised_distribution(policy: L
 @pytest.mark.parametrize("engine", ["fast", "eager"])
 def test_bf16_logprobs_are_exactly_those_of_the_logits_sampled_from(engine: str, monkeypatch: pytest.MonkeyPatch
                                                                     ) -> None:
-    from streamgrpo.rollout.policy import engine as engine_module
-    from streamgrpo.rollout.policy import sampling as sampling_module
+    from streamgrpo.inference import engine as engine_module
+    from streamgrpo.inference import sampling as sampling_module
 
     seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     original = sampling_module.sample_step

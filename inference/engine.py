@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from streamgrpo.inference.attention import PrefixGroup, prefix_groups
+from streamgrpo.inference.kvcache import PrefixStore, RowCache, common_prefix
+from streamgrpo.inference.lean import LeanAdapter, LeanLlama
+from streamgrpo.inference.sampling import LogitsMask, Sampled, row_generators, row_masks, sample_step
 from streamgrpo.rollout.errors import PolicyError
-from streamgrpo.rollout.policy.attention import PrefixGroup, prefix_groups
-from streamgrpo.rollout.policy.kvcache import PrefixStore, RowCache, common_prefix
-from streamgrpo.rollout.policy.lean import LeanAdapter, LeanLlama
-from streamgrpo.rollout.policy.sampling import LogitsMask, Sampled, row_generators, row_masks, sample_step
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ import torch
 from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.base import Generation
+from streamgrpo.inference.engine import EngineRequest, FastEngine
+from streamgrpo.inference.kvcache import CachedPrefix, PrefixStore, RowCache
+from streamgrpo.inference.lean import LeanLlama
+from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.rollout.loop import LoopContext, run_group
-from streamgrpo.rollout.policy.base import Generation
-from streamgrpo.rollout.policy.engine import EngineRequest, FastEngine
-from streamgrpo.rollout.policy.kvcache import CachedPrefix, PrefixStore, RowCache
-from streamgrpo.rollout.policy.lean import LeanLlama
-from streamgrpo.rollout.policy.local import LocalPolicy
 from streamgrpo.rollout.tools.calculator import Calculator
 
 from .test_policy_local import MESSAGES, fresh_logprobs, save_lora

@@ -14,7 +14,7 @@ Only vLLM's documented server surface is used (no patches):
 - ``chat_prompt`` applies the chat template with a local tokenizer when one is given, else with the
   server's ``POST /tokenize`` (at the server root, ``{"model", "messages", "add_generation_prompt"}``).
 
-Server requirements (what :mod:`streamgrpo.rollout.vllm_server` starts and k8s/ deploys):
+Server requirements (what :mod:`streamgrpo.inference.vllm_server` starts and k8s/ deploys):
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; ``--enable-lora --max-loras K --max-lora-rank R
 --lora-target-modules qkv_proj o_proj`` (R >= the trainer's rank; vLLM's packed qkv_proj covers
 q, k and v); ``--logprobs-mode processed_logprobs`` and ``--generation-config vllm``.
@@ -65,17 +65,17 @@ import httpx
 from pydantic import SecretStr
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.base import BASE_VERSION, Generation, PlannerPolicy, served_name
+from streamgrpo.inference.stopping import JsonObjectEnd
 from streamgrpo.rollout.errors import (
     AdapterLoadError,
     AdapterNotResidentError,
     BackendUnavailableError,
     PolicyError,
 )
-from streamgrpo.rollout.policy.base import BASE_VERSION, Generation, PlannerPolicy, served_name
-from streamgrpo.rollout.policy.stopping import JsonObjectEnd
 
 if TYPE_CHECKING:
-    from streamgrpo.rollout.policy.sampling import LogitsMask
+    from streamgrpo.inference.sampling import LogitsMask
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +213,8 @@ class VLLMPolicy(PlannerPolicy):
     def wait_ready(self, timeout_s: float) -> float:
         """Block until the server serves the base model (``/health`` + ``/v1/models``); returns the seconds
         waited. Raises :class:`BackendUnavailableError` after ``timeout_s``."""
+        from streamgrpo.inference.vllm_server import wait_ready
         from streamgrpo.rollout.errors import VLLMServerError
-        from streamgrpo.rollout.vllm_server import wait_ready
 
         key = self._api_key.get_secret_value() if self._api_key is not None else None
 

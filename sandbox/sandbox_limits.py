@@ -16,7 +16,7 @@ A call is every process the program starts. The jail bounds it with:
 
 :func:`limit_scopes` says, for the settings given, where each limit holds; :func:`announce_limits`
 states it once when the tool is built: a WARNING naming each limit that is not the call's, or, with
-``require_call_limits``, :class:`~streamgrpo.rollout.tools.errors.SandboxUnavailableError` (fail
+``require_call_limits``, :class:`~streamgrpo.sandbox.errors.SandboxUnavailableError` (fail
 closed).
 """
 
@@ -26,8 +26,8 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from streamgrpo.rollout.tools.config import SandboxSettings
-from streamgrpo.rollout.tools.errors import SandboxUnavailableError
+from streamgrpo.sandbox.config import SandboxSettings
+from streamgrpo.sandbox.errors import SandboxUnavailableError
 
 log = logging.getLogger(__name__)
 
