@@ -33,8 +33,9 @@ from typing import Any
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle.health import alarms
+from streamgrpo.lifecycle.pacing import CONTROL_ARM
 from streamgrpo.lifecycle.published import drops as trainer_drops
-from streamgrpo.lifecycle.stats import VersionStats, is_human
+from streamgrpo.lifecycle.stats import VersionStats, carries_signal, is_human
 from streamgrpo.models.registry import AdapterRegistry, Line, status
 from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
@@ -60,6 +61,8 @@ class Progress:
     rollouts: int = 0
     groups: int = 0
     groups_training: int = 0
+    groups_control_arm: int = 0  # A/B control-arm groups judged for the comparison only (reason control_arm)
+    rollouts_control_arm: int = 0  # their rewarded rollouts: no sample, so neither trained nor dropped
     samples: int = 0
     adapters: list[tuple[float, int, int, dict[str, float]]] = field(default_factory=list)  # (t, version, step, metrics)
     dropped: dict[str, float] = field(default_factory=dict)  # records the trainer did not train, by reason (all versions)
@@ -105,8 +108,11 @@ class Progress:
         elif isinstance(event, R.GroupClosed):
             self.groups += 1
             self.groups_training += event.trains
+            if event.reason == CONTROL_ARM:
+                self.groups_control_arm += 1
+                self.rollouts_control_arm += event.received
             probe = event.envelope.group_id in self._probes
-            self.versions[event.adapter_version].add_group(event.trains, probe=probe)
+            self.versions[event.adapter_version].add_group(carries_signal(event), probe=probe)
         elif isinstance(event, R.TrainingSample):
             self.samples += 1
         elif isinstance(event, R.EvaluationCompleted):
@@ -137,7 +143,9 @@ class Progress:
             trainer, adapters = "waiting for samples", "adapters 0"
         warnings = self.alarms()
         alarm = f" | ALARM: {warnings[0]}" if warnings else ""
-        return (f"tasks {self.tasks} | rollouts {self.rollouts} | groups {self.groups} ({self.groups_training} trained)"
+        control = f", {self.groups_control_arm} A/B control only" if self.groups_control_arm else ""
+        return (f"tasks {self.tasks} | rollouts {self.rollouts} | groups {self.groups} ({self.groups_training} trained"
+                f"{control})"
                 f" | samples {self.samples} | reward {rewards} | trainer {trainer} | {adapters}"
                 f" | held-out {self.heldout_line()}{alarm}")
 
@@ -169,7 +177,8 @@ class Progress:
     def loop_closure(self) -> dict[str, Any]:
         """How fast published adapters serve: seconds and trainer steps from AdapterPublished to the first
         rollout completed on it; versions never served; samples the trainer dropped as stale (and dropped for
-        any reason, by reason: ``duplicate`` counts redelivered samples)."""
+        any reason, by reason: ``duplicate`` counts redelivered samples); the A/B control arm's rollouts judged for
+        the comparison only (no sample: outside the stale share's denominator, so counted here)."""
         delays, steps = [], []
         for v, published in sorted(self.published_at.items()):
             served = self.first_served.get(v)
@@ -187,6 +196,7 @@ class Progress:
             "trainer_steps_to_first_rollout": {"max": max(steps) if steps else None, **_percentiles(steps)},
             "samples_trained": trained, "samples_dropped_stale": stale, "samples_dropped": dropped,
             "stale_share": stale / (stale + trained) if stale + trained else 0.0,
+            "control_arm_groups": self.groups_control_arm, "control_arm_rollouts": self.rollouts_control_arm,
         }
 
     def summary(self) -> dict[str, Any]:

@@ -394,7 +394,9 @@ def _loop_lines(loop: dict[str, Any]) -> list[str]:
             f" trainer steps in between: p50 {fmt(steps['p50'])}, max {fmt(steps['max'])}",
             f"- samples dropped as stale: {loop['samples_dropped_stale']:.0f} ({100 * loop['stale_share']:.1f} %)"
             + "".join(f"; {reason}: {n:.0f}" for reason, n in sorted(loop.get("samples_dropped", {}).items())
-                      if reason != "stale"), ""]
+                      if reason != "stale"),
+            f"- A/B control arm judged for the comparison only (no samples, outside the stale share):"
+            f" {loop.get('control_arm_groups', 0)} groups, {loop.get('control_arm_rollouts', 0)} rollouts", ""]
 
 
 @click.command()

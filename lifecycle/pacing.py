@@ -13,6 +13,11 @@ the version that sampled it. Everything derived from them lives here:
   ``rolled_back``; one more than ``max_staleness`` versions behind is ``stale``; else it may train.
   :func:`first_fresh_version` is the same rule read the other way (the oldest version that still trains);
   :func:`versions_behind_sql` and :func:`drop_reason_sql` are both rules as SQL for the archive's views.
+- **the control arm** (:func:`control_arm_trains`): a group the primary serves while a training line is under A/B
+  test is the test's control; the line moves on every step and the primary does not, so its samples would reach
+  the trainer stale. It is served and judged for the comparison, and gives the trainer samples only while they
+  stay within the bound after one more publication; otherwise it closes with reason :data:`CONTROL_ARM`
+  (``trains`` false, ``samples`` 0): closed without samples for admission and the queue, not a flat group.
 - **the admission budget** (:func:`admit`, :attr:`Pacing.admission_budget`): the fan-out starts a group
   while ``pending + in_flight + group_size <= (1 + max_staleness) * samples_per_step``, so a group is
   trained at most ``max_staleness`` versions after it was sampled; it always starts one while fewer than
@@ -46,6 +51,8 @@ NOT_QUEUED_DROPS = ("duplicate", "not_a_sample")
 DROP_METRIC_PREFIX = "dropped_"
 #: The key under which the trainer records its ``max_staleness`` in ``AdapterPublished.metrics``.
 MAX_STALENESS_METRIC = "max_staleness"
+#: ``GroupClosed.reason`` of a control-arm group whose samples would be stale: judged for the A/B test only.
+CONTROL_ARM = "control_arm"
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,16 @@ def drop_reason(behaviour: int, current: int, max_staleness: int, *, discarded: 
     if versions_behind(current, behaviour, chain) > max_staleness:
         return "stale"
     return None
+
+
+def control_arm_trains(behind: int, max_staleness: int) -> bool:
+    """Whether a control-arm group (served by the primary, ``behind`` versions below the newest version of the line
+    under test, :func:`versions_behind`) closing now may give the trainer samples: only while they would still be
+    within ``max_staleness`` after one more publication (the trainer may publish while they travel). At the default
+    ``max_staleness`` 1 a control group never trains while a test runs."""
+    if behind < 0 or max_staleness < 0:
+        raise ValueError(f"control_arm_trains needs behind >= 0 and max_staleness >= 0 (got {behind}, {max_staleness})")
+    return behind + 1 <= max_staleness
 
 
 def first_fresh_version(version: int, max_staleness: int) -> int:

@@ -9,7 +9,8 @@ event into it:
   (``rollout_status`` ERROR) and judge failures (an ERROR reward of a rollout that did not fail);
 - a human ``Reward`` (provenance ``human:<name>``): counted APART, never in the judge figures;
 - ``PlannerAction``: actions and parse failures (``ParseStatus.FAILED``);
-- ``GroupClosed``: closed groups and those without reward variance (``trains`` false: they train nothing); a
+- ``GroupClosed``: closed groups and those without reward variance (:func:`carries_signal` false: an A/B
+  control-arm group that trained nothing, reason ``control_arm``, had variance and is not flat); a
   caller that knows a group was a curriculum probe (a cold kind's small group, ``metadata["probe"]`` on its
   requests; GroupClosed does not carry it) folds it with :meth:`VersionStats.add_group` ``probe=True``: counted
   in both figures and apart (``probe_groups``, ``probe_flat``), so :attr:`~VersionStats.full_flat_share` reads
@@ -48,14 +49,21 @@ from dataclasses import dataclass, field, fields
 
 from streamgrpo.avro import provenance
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.pacing import CONTROL_ARM
 from streamgrpo.topics.dedup import RecentIds
 
-__all__ = ["COUNTS", "Arm", "Stats", "VersionStats", "is_human", "is_success"]
+__all__ = ["COUNTS", "Arm", "Stats", "VersionStats", "carries_signal", "is_human", "is_success"]
 
 #: The summed counters (what :meth:`VersionStats.merged` adds up; outcomes and evaluation are not merged).
 COUNTS = ("rewards", "ok", "reward_sum", "successes", "rollout_errors", "judge_failures", "human", "human_sum",
           "actions", "parse_failures", "rollouts", "answered", "tool_calls", "reward_sq", "groups_closed",
           "flat_groups", "probe_groups", "probe_flat")
+
+
+def carries_signal(closed: R.GroupClosed) -> bool:
+    """Whether a closed group's usable rewards varied (it is not flat): it trains, or it is an A/B control-arm group
+    judged for the comparison only (reason :data:`~streamgrpo.lifecycle.pacing.CONTROL_ARM`, no samples)."""
+    return closed.trains or closed.reason == CONTROL_ARM
 
 
 def is_success(ok: bool, score: float, success_threshold: float) -> bool:
@@ -102,7 +110,7 @@ class VersionStats:
             self.actions += 1
             self.parse_failures += event.parse_status == R.ParseStatus.FAILED
         elif isinstance(event, R.GroupClosed):
-            self.add_group(event.trains)
+            self.add_group(carries_signal(event))
         elif isinstance(event, R.EvaluationCompleted):
             if self.evaluation is None or self.evaluation.envelope.event_time <= event.envelope.event_time:
                 self.evaluation = event

@@ -128,9 +128,9 @@ class LoopSettings(StrictModel):
         0.0, ge=0, le=1, description="Share of groups served by the canary: the newest published adapter version "
         "above the primary (the training line under A/B test against the primary, which serves the rest). A new "
         "version serves this share at once. 0 (default): no A/B test, every published adapter becomes primary at "
-        "once, so every rollout trains the current line (with 0.5, the primary's half of the rollouts falls more "
-        "than max_staleness versions behind a trainer that publishes every step and is dropped as stale; the "
-        "production overlay turns the test on). The "
+        "once, so every rollout trains the current line (with 0.5, the primary's half of the rollouts is served and "
+        "judged for the test only: once it would be more than max_staleness versions behind the trainer it gives no "
+        "samples, see docs/adapter_lifecycle.md; the production overlay turns the test on). The "
         "fan-out chooses versions with it, the A/B controller tests and decides, every follower of adapter-events "
         "derives the primary and canary with it.")
     home: Path = Field(default_factory=default_home, description="State directory (env STREAMGRPO_HOME): the "

@@ -2,8 +2,11 @@
 
 Pure parts: :func:`choose_version` (the fan-out's choice for a whole group: the canary with
 probability ``canary_share``, by a deterministic hash of the group id so a replay picks the same
-arm, else the primary; a group is never split) and :func:`ab_input` (what the decision core,
-:mod:`streamgrpo.streams.ab_core`, looks at, gathered from the two folds).
+arm, else the primary; a group is never split), :func:`comparison_only` (the advantage window's
+question at a group's close: is it the control arm, served for the comparison but too far behind the
+line to train? -- :func:`~streamgrpo.lifecycle.pacing.control_arm_trains` is the rule) and
+:func:`ab_input` (what the decision core, :mod:`streamgrpo.streams.ab_core`, looks at, gathered from
+the two folds). The test counts a control group by its rewards whether or not it trains.
 
 :class:`Lifecycle` is the agent's state: the one registry fold (:mod:`streamgrpo.models.registry`)
 and the live statistics (:mod:`streamgrpo.lifecycle.stats`), fed by a group-less
@@ -38,9 +41,10 @@ from faust.types import TP
 from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle import pacing
 from streamgrpo.lifecycle.stats import Stats
 from streamgrpo.models.adapter_state import adapter_states, content_key
-from streamgrpo.models.registry import AdapterRegistry, Line
+from streamgrpo.models.registry import AdapterRegistry, Line, ancestors
 from streamgrpo.streams.ab_core import ABInput, ABPolicy, Guardrails, Verdict, decide
 from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
@@ -57,6 +61,16 @@ def choose_version(line: Line, group_id: str, canary_share: float) -> int:
         return line.primary
     bucket = int.from_bytes(hashlib.sha256(group_id.encode()).digest()[:8], "big") / 2**64
     return line.canary if bucket < canary_share else line.primary
+
+
+def comparison_only(line: Line, version: int, max_staleness: int) -> bool:
+    """Whether a group served by ``version`` is the running test's control arm for the comparison only: the primary
+    while a line above it is under test, too far below the line's newest version for its samples to train
+    (:func:`~streamgrpo.lifecycle.pacing.control_arm_trains`; behind counted along the newest's parent chain)."""
+    if version != line.primary or not line.candidates:
+        return False
+    behind = pacing.versions_behind(line.latest, version, ancestors(line, line.latest))
+    return not pacing.control_arm_trains(behind, max_staleness)
 
 
 def policy_from(s: StreamsSettings) -> ABPolicy:

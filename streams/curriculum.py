@@ -1,8 +1,9 @@
 """A curriculum computed by the stream: dynamic sampling at the window (DAPO's, in streaming form).
 
 Every closed group says whether its task carries signal: a group with reward variance trains
-(``GroupClosed.trains``), a group whose rollouts all scored alike (all wrong or all right) trains
-nothing. The fan-out keeps, per task it fanned out, the outcome of each of its groups, and decides:
+(``GroupClosed.trains``, or an A/B control-arm group judged for the comparison only:
+:func:`~streamgrpo.lifecycle.stats.carries_signal`), a group whose rollouts all scored alike (all wrong or all
+right) trains nothing. The fan-out keeps, per task it fanned out, the outcome of each of its groups, and decides:
 
 - **requeue**: the group had signal (with the correctness reward: its pass rate was strictly between 0
   and 1) -> the task is fanned out again, AHEAD of new tasks, until it has had ``requeue_max`` groups;
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.stats import carries_signal
 
 REQUEUE, RETRY = "requeue", "retry"
 
@@ -132,14 +134,14 @@ class Curriculum:
             return None
         entry.open_group = None
         entry.groups += 1
-        rate = float(event.reward_mean)
+        rate, signal = float(event.reward_mean), carries_signal(event)
         if self.policy.cold_kind_groups > 0:
             recent = self._kinds.setdefault(kind_of(entry.task), deque(maxlen=self.policy.cold_kind_groups))
-            recent.append(bool(event.trains))
-        if event.trains and entry.groups < self.policy.requeue_max:
+            recent.append(signal)
+        if signal and entry.groups < self.policy.requeue_max:
             self._requeue[task_id] = rate
             return Decision(task_id, "requeue", rate, entry.groups)
-        if not event.trains and entry.parked < self.policy.park_retries:
+        if not signal and entry.parked < self.policy.park_retries:
             entry.parked += 1
             self._parked[task_id] = (self.admitted + self.policy.park_after, rate)
             return Decision(task_id, "park", rate, entry.groups)

@@ -16,6 +16,11 @@ table records them as emitted, so a crash can repeat an emission but never lose 
 the same deterministic id (``ids.sample_id(rollout_id)``) and the trainer drops them by id.
 Human rewards (``streamgrpo label``) are used ahead of the judge's while a group is open (see
 :func:`~streamgrpo.streams.window_core.add_reward`).
+A/B control arm: at a group's close the worker's follower (:mod:`streamgrpo.streams.follower`, the one registry
+fold) says whether the group is the test's control too far behind the line to train
+(:func:`~streamgrpo.streams.ab_controller.comparison_only`); such a group closes with reason ``control_arm`` and no
+samples. Until the follower has caught up after a start, no group is taken for the control arm (the trainer's
+staleness rule still applies to what it receives).
 Counted (``ctx.counters``): ``groups.<reason>``, ``rewards.duplicate_or_late``, ``rewards.human``,
 ``actions.expired``.
 """
@@ -34,8 +39,10 @@ from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.streams import window_core as W
+from streamgrpo.streams.ab_controller import comparison_only
 from streamgrpo.streams.advantages import build_estimator
 from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
+from streamgrpo.streams.follower import follower_for
 from streamgrpo.streams.samples import action_key, build_sample, ready_rollouts
 from streamgrpo.topics import catalog
 from streamgrpo.topics.catalog import spec
@@ -64,6 +71,7 @@ class Window:
         self.ticks = ctx.topic(TICKS, internal=True, partitions=parts)
         self.source = ctx.topic(catalog.REWARDS, catalog.PLANNER_ACTIONS, catalog.ROLLOUTS, TICKS, internal=True, partitions=parts)
         self.ticked: dict[str, float] = {}
+        self.follower = follower_for(ctx)
 
     # -- state access -----------------------------------------------------------------------------
     def _load(self, group_id: str) -> W.GroupState | None:
@@ -139,7 +147,7 @@ class Window:
 
     async def _advance(self, state: W.GroupState, changed: bool) -> None:
         """Close the group if due, emit every ready sample, then persist the state (when it changed)."""
-        state, closed = W.maybe_close(state, self.policy, time.time())
+        state, closed = W.maybe_close(state, self.policy, time.time(), self._control)
         futures = []
         if closed is not None:
             self.ctx.count(f"groups.{closed.reason}")
@@ -161,6 +169,13 @@ class Window:
             self._drop_actions(state, ready)
         if changed or closed is not None or ready:
             self.groups[state.group_id] = state.to_dict()
+
+    def _control(self, version: int) -> bool:
+        """Whether a group served by ``version`` closing now is the A/B control arm for the comparison only."""
+        if not self.follower.caught_up.is_set():
+            return False
+        line = self.follower.view.adapters(self.ctx.settings.adapter_name)
+        return comparison_only(line, version, self.ctx.settings.max_staleness)
 
     def _rollouts(self, state: W.GroupState) -> list[str]:
         """Every rollout id the group may have actions for."""

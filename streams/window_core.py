@@ -15,6 +15,11 @@ long after its last reward arrived (``complete_at``), unless every usable reward
 hold is bounded, so an unlabelled group still trains (on the judge's rewards) once it ends. A zero-variance group (all usable rewards equal) closes with
 ``trains=False, reason="zero_variance"`` and yields no samples.
 
+The A/B test's control arm (``control``, the caller's predicate on the group's version: see
+:func:`~streamgrpo.streams.ab_controller.comparison_only`): a group that would train but whose samples would reach
+the trainer stale closes with ``trains=False, reason=`` :data:`~streamgrpo.lifecycle.pacing.CONTROL_ARM`,
+``samples=0`` and its reward mean and std (it was served and judged for the comparison); it yields no sample.
+
 Intake bounds (:func:`out_of_bounds`): a Reward or RolloutCompleted whose ``group_size`` is outside
 1..:data:`~streamgrpo.topics.limits.MAX_GROUP_SIZE`, or a rollout claiming more than
 :data:`~streamgrpo.topics.limits.MAX_TURNS` planner turns, is rejected before it sizes the window's
@@ -28,11 +33,13 @@ the planner actions themselves (the caller keeps them, keyed by rollout and turn
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.pacing import CONTROL_ARM
 from streamgrpo.lifecycle.stats import is_human
 from streamgrpo.streams.advantages import Estimator
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TURNS
@@ -151,8 +158,18 @@ def missing_rollouts(state: GroupState) -> list[str]:
     return [r for r in (ids.rollout_id(state.group_id, i) for i in range(state.expected)) if r not in state.rewards]
 
 
-def _close(state: GroupState, status: R.GroupStatus, policy: WindowPolicy, now: float) -> tuple[GroupState, R.GroupClosed]:
+#: A control-arm predicate on a group's version (:func:`maybe_close`); the default: no group is.
+Control = Callable[[int], bool]
+
+
+def _never(_version: int) -> bool:
+    return False
+
+
+def _close(state: GroupState, status: R.GroupStatus, policy: WindowPolicy, now: float,
+           control: Control) -> tuple[GroupState, R.GroupClosed]:
     usable = [(rid, e.score) for rid, e in state.rewards.items() if e.usable]
+    versions = [e.adapter_version for e in state.rewards.values()]
     scores = [s for _, s in usable]
     trains, reason, advantages = False, "", {}
     mean = std = 0.0
@@ -165,11 +182,12 @@ def _close(state: GroupState, status: R.GroupStatus, policy: WindowPolicy, now: 
         reason = "too_few_rewards"
     elif result.zero_variance:
         reason = "zero_variance"
+    elif versions and control(versions[0]):
+        reason = CONTROL_ARM  # served and judged for the A/B comparison; its samples would be stale
     else:
         trains = True
         reason = "complete" if status == R.GroupStatus.COMPLETE else "timed_out_scored"
         advantages = {rid: a for (rid, _), a in zip(usable, result.advantages, strict=True)}
-    versions = [e.adapter_version for e in state.rewards.values()]
     closed = R.GroupClosed(
         envelope=R.Envelope.new("streams", event_id=ids.group_closed_id(state.group_id),
                                 task_id=state.task_id, group_id=state.group_id),
@@ -183,8 +201,10 @@ def _close(state: GroupState, status: R.GroupStatus, policy: WindowPolicy, now: 
     return new, closed
 
 
-def maybe_close(state: GroupState, policy: WindowPolicy, now: float) -> tuple[GroupState, R.GroupClosed | None]:
-    """Close the group if it is complete or timed out; otherwise return it unchanged and ``None``."""
+def maybe_close(state: GroupState, policy: WindowPolicy, now: float,
+                control: Control = _never) -> tuple[GroupState, R.GroupClosed | None]:
+    """Close the group if it is complete or timed out; otherwise return it unchanged and ``None``. ``control(v)``:
+    whether a group served by version ``v`` is the A/B test's control arm for the comparison only, asked at close."""
     if state.closed:
         return state, None
     if state.expected > 0 and len(state.rewards) >= state.expected:
@@ -193,9 +213,9 @@ def maybe_close(state: GroupState, policy: WindowPolicy, now: float) -> tuple[Gr
                 return replace(state, complete_at=now), None
             if not hold_over(state.complete_at, policy, now):
                 return state, None
-        return _close(state, R.GroupStatus.COMPLETE, policy, now)
+        return _close(state, R.GroupStatus.COMPLETE, policy, now, control)
     if now - state.first_seen >= policy.timeout_s:
-        return _close(state, R.GroupStatus.TIMED_OUT, policy, now)
+        return _close(state, R.GroupStatus.TIMED_OUT, policy, now, control)
     return state, None
 
 
