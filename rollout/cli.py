@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from streamgrpo.rollout.worker import WorkerStats
 
 from streamgrpo.config import describe
+from streamgrpo.topics import catalog
 
 
 def _settings(ctx: click.Context, overrides: dict[str, Any]) -> RolloutConfig:
@@ -177,7 +178,7 @@ class _JsonPrinter:
 @click.option("--adapter-store", type=click.Path(file_okay=False), default=None,
               help="Adapter store root ([loop] adapter_store; adapters load only from inside it).")
 @click.option("--keep-resident", type=int, default=None, help="Adapter versions kept loaded (K, default 4).")
-@click.option("--no-follow", is_flag=True, default=False, help="Do not follow adapter-events (serve the base model).")
+@click.option("--no-follow", is_flag=True, default=False, help=f"Do not follow {catalog.ADAPTER_EVENTS} (serve the base model).")
 @click.option("--roles", type=_MODES, default=None,
               help="'model-free' (default): rule/passthrough roles; 'model': role model for every role.")
 @click.option("--max-rollouts", type=int, default=None, help="Exit after this many rollouts (benchmarks, tests).")

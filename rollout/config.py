@@ -21,6 +21,7 @@ from pydantic import Field, SecretStr
 from streamgrpo.config import StrictModel, shared
 from streamgrpo.metrics import DEFAULT_PORTS
 from streamgrpo.rollout.tools.config import ToolsSettings
+from streamgrpo.topics import catalog
 
 
 class RolloutConfig(StrictModel):
@@ -156,7 +157,7 @@ class RolloutConfig(StrictModel):
     adapter_store: Path = shared("adapter_store")
     canary_share: float = shared("canary_share")
     keep_resident: int = Field(4, ge=1, le=64, description="Adapter versions kept loaded at once (K).")
-    follow_adapters: bool = Field(True, description="Follow `adapter-events` and hot-swap published adapters.")
+    follow_adapters: bool = Field(True, description=f"Follow `{catalog.ADAPTER_EVENTS}` and hot-swap published adapters.")
     adapter_wait_s: float = Field(60.0, ge=0, le=3600, description="How long a group waits for its adapter version "
                                   "to become resident before its rollouts end as ERROR.")
     serve_resident_fallback: bool = Field(

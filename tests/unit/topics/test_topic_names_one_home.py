@@ -52,10 +52,6 @@ ALLOWED = {
     # The root package (streamgrpo/) imports only its own modules: it sits below topics/, so its prose says the name.
     ("streamgrpo/config.py", '"fan-out chooses versions with it'): "root package: LoopSettings.canary_share help",
     ("streamgrpo/metrics.py", '"Records sent to dead-letters'): "root package: the dead_letters_total metric's help",
-    # rollout/ is being split into rollout/, inference/ and sandbox/ by another change: these two literals switch
-    # to catalog.ADAPTER_EVENTS after it merges (an entry whose literal is gone fails as stale).
-    ("rollout/cli.py", "Do not follow adapter-events"): "rollout/ split in flight (issue 23 item 3)",
-    ("rollout/config.py", "Follow `adapter-events`"): "rollout/ split in flight (issue 23 item 3)",
 }
 
 
