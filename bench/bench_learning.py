@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 
 def one_run(duration_s: int, index: int, settings: dict[str, str] | None = None) -> dict[str, object]:
@@ -124,9 +125,15 @@ def main(duration_s: int = 1800, runs: int = 1, plot: Path | None = None, seeds:
     results = [one_run(duration_s, i, settings) for i in seeds]
     if plot is not None:
         plot_runs([Path(str(r["report"])) for r in results], plot)
+    return aggregate(results, duration_s, settings)
+
+
+def aggregate(results: list[dict[str, object]], duration_s: int, settings: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+    """The benchmark's JSON line from per-run summaries (each :func:`summarise`'s dict plus its ``seed``)."""
     gains = [r["heldout_gain"] for r in results if r["heldout_gain"] is not None]
     return {
-        "bench": "learning", "duration_s": duration_s, "runs": len(seeds), "seeds": seeds,
+        "bench": "learning", "duration_s": duration_s, "runs": len(results), "seeds": [r["seed"] for r in results],
         "settings": ", ".join(f"{k} = {v}" for k, v in settings.items()) if settings else "every setting at its default",
         "mean_heldout_base": round(mean(r["heldout_base"]["accuracy"] for r in results if r["heldout_base"]), 3)
         if any(r["heldout_base"] for r in results) else None,
@@ -153,11 +160,21 @@ def cli() -> None:
                     help="change one setting for every run (repeatable), e.g. rollout.planner_examples=analysis")
     ap.add_argument("--plot", type=Path, help="write the held-out curves of the runs to this PNG")
     ap.add_argument("--summarise", type=Path, metavar="REPORT_DIR", help="only summarise an existing run's report")
+    ap.add_argument("--aggregate", nargs="+", metavar="SEED=REPORT_DIR",
+                    help="only aggregate runs already made (one per seed) into the benchmark's JSON line")
     ap.add_argument("--plot-reports", nargs="+", type=Path, metavar=("OUT.png", "REPORT_DIR"),
                     help="only plot existing runs: OUT.png REPORT_DIR...")
     a = ap.parse_args()
     if a.summarise:
         print(json.dumps(summarise(a.summarise)))
+    elif a.aggregate:
+        runs = []
+        for item in a.aggregate:
+            seed, sep, report = item.partition("=")
+            if not sep or not seed.isdigit():
+                ap.error(f"--aggregate {item}: write SEED=REPORT_DIR")
+            runs.append({"seed": int(seed), **summarise(Path(report))})
+        print(json.dumps(aggregate(runs, a.duration_s, dict(kv.partition("=")[::2] for kv in a.settings))))
     elif a.plot_reports:
         if len(a.plot_reports) < 2:
             ap.error("--plot-reports needs OUT.png and at least one REPORT_DIR")

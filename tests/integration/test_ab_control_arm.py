@@ -99,7 +99,8 @@ def test_ab_at_default_staleness_drops_nothing_stale_and_keeps_both_arms(kafka_n
     sim.thread.start()
     cfg = TrainerConfig(base_model=str(tiny_base), adapter_store=tmp_path / "store", device="cpu", lora_rank=4,
                         lora_alpha=8, samples_per_step=4, max_staleness=1, canary_share=0.5, publish_every=1,
-                        micro_batch_tokens=128, idle_exit_s=120.0, poll_timeout_ms=200, lr=1e-3, max_steps=STEPS)
+                        micro_batch_tokens=128, idle_exit_s=120.0, poll_timeout_ms=200, lr=1e-3, max_steps=STEPS,
+                        run_name="ab-control-arm")  # a consumer group of its own on the shared test broker
     try:
         with EventProducer(kafka_ns, "test") as prod:
             for n in range(60):

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import socket
+import uuid
 from typing import Any
 
 import pytest
@@ -70,13 +71,19 @@ def _produce(kafka: KafkaSettings) -> None:
     p.flush()
 
 
+#: The trainer consumer group these tests commit as. Consumer group ids are not namespaced by the test's topic
+#: prefix, so a name of its own: another test's trainer (run name "default") may still be a member of
+#: ``trainer.planner.default`` on the shared broker, and a commit without membership then fails (UNKNOWN_MEMBER_ID).
+TRAINER_GROUP = f"trainer.planner.st-{uuid.uuid4().hex[:6]}"  # within status's 28-character column
+
+
 def _commit_trainer(kafka: KafkaSettings) -> dict[int, int]:
     """The trainer group commits all but the last sample of each partition; returns the ends."""
     from confluent_kafka import Consumer, TopicPartition
 
     from streamgrpo.topics.follow import log_bounds
 
-    c = Consumer(client_config(kafka, **{"group.id": "trainer.planner.default", "enable.auto.commit": False}))
+    c = Consumer(client_config(kafka, **{"group.id": TRAINER_GROUP, "enable.auto.commit": False}))
     topic = f"{kafka.topic_prefix}training-samples"
     ends = {p: end for (_, p), (_, end) in log_bounds(kafka, [topic]).items()}
     c.commit(offsets=[TopicPartition(topic, p, e - 1) for p, e in ends.items() if e > 0], asynchronous=False)
@@ -102,7 +109,7 @@ def test_status_from_topics_with_services_down(kafka_ns: KafkaSettings) -> None:
     assert report.groups_in_flight == 2 and report.groups_source.startswith("topics")
     with_data = [p for p, e in ends.items() if e > 0]
     assert report.samples_waiting == len(with_data)
-    trainer = [lag for lag in report.lags if lag.group == "trainer.planner.default"]
+    trainer = [lag for lag in report.lags if lag.group == TRAINER_GROUP]
     assert sorted((lag.partition, lag.lag, lag.end) for lag in trainer) == sorted((p, 1, ends[p]) for p in with_data)
     assert report.dead_letters == 3 and report.dead_letter_reasons == {"decode_error": 2, "trainer_stale": 1}
     assert report.last_dead_letter["judge"].startswith("trainer_stale")
@@ -110,7 +117,7 @@ def test_status_from_topics_with_services_down(kafka_ns: KafkaSettings) -> None:
     assert up["judge"].up and up["judge"].last_error["message"] == "LLM judge endpoint refused the connection"
     assert not up["rollout"].up and up["rollout"].error
     screen = render(report)
-    assert "DOWN" in screen and "trainer.planner.default" in screen and "canary v3" in screen
+    assert "DOWN" in screen and TRAINER_GROUP in screen and "canary v3" in screen
 
 
 def test_status_prefers_endpoints_when_up(kafka_ns: KafkaSettings) -> None:
