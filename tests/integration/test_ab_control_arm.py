@@ -14,21 +14,18 @@ ahead (both arms get groups) and close as ``control_arm`` groups without samples
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.simulated import SimulatedWorkersAndJudge, completed_and_reward, place
 from support.streams import WorkerProcess
 from support.tiny_model import tiny_model
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
-from streamgrpo.topics.follow import LogFollower, read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
-from streamgrpo.topics.received import Received
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.loop import run_trainer
 
@@ -40,46 +37,16 @@ SETTINGS = {"canary_share": 0.5, "max_staleness": 1, "samples_per_step": 4, "max
             "registry_interval_s": 1.0, "group_timeout_s": 300, "metrics_port": 0}
 
 
-class SimulatedWorkersAndJudge:
-    """Answers each complete group of rollout-requests with PlannerAction + RolloutCompleted + Reward."""
-
-    def __init__(self, kafka: KafkaSettings) -> None:
-        self.kafka, self.stop = kafka, threading.Event()
-        self.pending: dict[str, list[R.RolloutRequest]] = defaultdict(list)
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    async def _run(self) -> None:
-        with EventProducer(self.kafka, "sim") as producer:
-            async def handle(batch: list[Received]) -> None:
-                for rec in batch:
-                    if isinstance(rec.event, R.RolloutRequest):
-                        group = self.pending[rec.event.envelope.group_id or ""]
-                        group.append(rec.event)
-                        if len(group) == rec.event.group_size:
-                            for event in answer(group):
-                                producer.send(event)
-                producer.flush()
-
-            await LogFollower(self.kafka, ["rollout-requests"], handle).run(self.stop)
-
-
 def answer(group: list[R.RolloutRequest]) -> list[R.Event]:
+    """One planner action per rollout (tiny-vocabulary tokens), then rewards 1, 0, 1, 0 ... in every group."""
     out: list[R.Event] = []
     for req in group:
-        env, i = req.envelope, req.rollout_index
-        rid = env.rollout_id or ""
-        place: dict[str, Any] = dict(task_id=env.task_id, group_id=env.group_id, rollout_id=rid)
+        i, rid = req.rollout_index, req.envelope.rollout_id or ""
         out.append(R.PlannerAction(
-            R.Envelope.new("sim", event_id=ids.derived_id("action", rid, 1), turn=1, **place), [5, 6, 7 + i], "a",
+            R.Envelope.new("sim", event_id=ids.derived_id("action", rid, 1), turn=1, **place(req)), [5, 6, 7 + i], "a",
             [20 + i, 30, 40], [-1.5, -2.0, -2.5], req.adapter_name, req.adapter_version, req.sampling,
             R.ParseStatus.STRICT, "h", 1, is_final=True))
-        out.append(R.RolloutCompleted(R.Envelope.new("sim", event_id=ids.rollout_event_id("rollout_completed", rid),
-                                                     **place), req.question, req.source, "a", 1,
-                                      R.RolloutStatus.ANSWERED, req.group_size, req.adapter_name,
-                                      req.adapter_version, 1))
-        out.append(R.Reward(R.Envelope.new("judge", event_id=ids.reward_id(rid), **place), float(i % 2 == 0),
-                            R.RewardStatus.OK, R.JudgeInfo("sim", "h"), req.group_size, req.adapter_name,
-                            req.adapter_version, 1, R.RolloutStatus.ANSWERED))
+        out += completed_and_reward(req, float(i % 2 == 0))
     return out
 
 
@@ -95,7 +62,7 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_ab_at_default_staleness_drops_nothing_stale_and_keeps_both_arms(kafka_ns: KafkaSettings, tmp_path: Path,
                                                                           tiny_base: Path) -> None:
     worker = WorkerProcess(kafka_ns, "fanout,window,ab", tmp_path / "data", SETTINGS)
-    sim = SimulatedWorkersAndJudge(kafka_ns)
+    sim = SimulatedWorkersAndJudge(kafka_ns, answer)
     sim.thread.start()
     cfg = TrainerConfig(base_model=str(tiny_base), adapter_store=tmp_path / "store", device="cpu", lora_rank=4,
                         lora_alpha=8, samples_per_step=4, max_staleness=1, canary_share=0.5, publish_every=1,

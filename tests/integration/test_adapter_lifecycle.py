@@ -17,23 +17,21 @@ compacted adapter-registry holds each version's state.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.simulated import SimulatedWorkersAndJudge, completed_and_reward
 from support.streams import WorkerProcess
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
-from streamgrpo.topics.follow import LogFollower, read_topic
+from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
-from streamgrpo.topics.received import Received
 
 pytestmark = pytest.mark.broker
 
@@ -48,42 +46,11 @@ def succeeds(rollout_id: str, p: float) -> bool:
     return int.from_bytes(hashlib.sha256(rollout_id.encode()).digest()[:8], "big") / 2**64 < p
 
 
-class SimulatedWorkersAndJudge:
-    """Answers each complete group of rollout-requests with RolloutCompleted + Reward (model-free)."""
-
-    def __init__(self, kafka: KafkaSettings) -> None:
-        self.kafka, self.stop = kafka, threading.Event()
-        self.pending: dict[str, list[R.RolloutRequest]] = defaultdict(list)
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    async def _run(self) -> None:
-        with EventProducer(self.kafka, "sim") as producer:
-            async def handle(batch: list[Received]) -> None:
-                for rec in batch:
-                    if isinstance(rec.event, R.RolloutRequest):
-                        group = self.pending[rec.event.envelope.group_id or ""]
-                        group.append(rec.event)
-                        if len(group) == rec.event.group_size:
-                            for event in self._answer(group):
-                                producer.send(event)
-                producer.flush()
-
-            await LogFollower(self.kafka, ["rollout-requests"], handle).run(self.stop)
-
-    @staticmethod
-    def _answer(group: list[R.RolloutRequest]) -> list[R.Event]:
-        out: list[R.Event] = []
-        for req in group:
-            env = req.envelope
-            place = dict(task_id=env.task_id, group_id=env.group_id, rollout_id=env.rollout_id)
-            score = 1.0 if succeeds(env.rollout_id or "", SUCCESS[req.adapter_version]) else 0.0
-            out.append(R.RolloutCompleted(R.Envelope.new("sim", event_id=ids.rollout_event_id(
-                "rollout_completed", env.rollout_id or ""), **place), req.question, req.source, "a", 1,
-                R.RolloutStatus.ANSWERED, req.group_size, req.adapter_name, req.adapter_version, 1))
-            out.append(R.Reward(R.Envelope.new("judge", event_id=ids.reward_id(env.rollout_id), **place), score,
-                                R.RewardStatus.OK, R.JudgeInfo("sim", "h"), req.group_size, req.adapter_name,
-                                req.adapter_version, 1, R.RolloutStatus.ANSWERED))
-        return out
+def answer(group: list[R.RolloutRequest]) -> list[R.Event]:
+    """Every rollout of a group on version v succeeds with probability SUCCESS[v] (a hash of its id)."""
+    return [e for req in group
+            for e in completed_and_reward(req, 1.0 if succeeds(req.envelope.rollout_id or "",
+                                                                SUCCESS[req.adapter_version]) else 0.0)]
 
 
 def send(kafka: KafkaSettings, *events: R.Event) -> None:
@@ -124,7 +91,7 @@ def drained(kafka: KafkaSettings, phase: str, n: int, worker: WorkerProcess) -> 
 
 def test_better_promoted_worse_rolled_back_equal_kept_to_max_duration(kafka_ns: KafkaSettings, tmp_path: Path) -> None:
     worker = WorkerProcess(kafka_ns, "fanout,window,ab", tmp_path / "data", SETTINGS)
-    sim = SimulatedWorkersAndJudge(kafka_ns)
+    sim = SimulatedWorkersAndJudge(kafka_ns, answer)
     sim.thread.start()
     try:
         send(kafka_ns, publish(1, None), *tasks("A", 40))
