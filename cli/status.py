@@ -15,6 +15,10 @@ What it shows, and where each figure comes from:
 - samples waiting for the trainer: the lag of the ``trainer.*`` groups on ``training-samples``
   (every sample when no trainer group has committed yet);
 - dead letters in the last hour, by reason code, and the last one per consumer;
+- the loop's stale share (samples the trainer dropped as stale / (stale + trained), from the ``drops`` and
+  ``rollouts`` of every ``AdapterPublished``) and the A/B control arm (groups and rollouts closed with
+  ``GroupClosed.reason`` ``control_arm``: judged for the comparison only, no samples): the run report's fold,
+  :meth:`streamgrpo.cli.progress.Progress.loop_closure`, over all of ``adapter-events`` and ``groups``;
 - each service's endpoint (``[<service>] metrics_port`` on 127.0.0.1, or ``--endpoint``): up, DOWN (never a
   crash) or "other loop" (its /status identity names another run, topic prefix or local broker: see
   :func:`other_loop`), and its last ERROR log line.
@@ -24,7 +28,8 @@ Which loop: the configured Kafka, else ``--run ID``, else the latest live ``stre
 
 Works against the embedded broker and any Kafka (the same ``[kafka]`` settings as the services).
 Not covered: groups requested before ``--window`` that are still open (topic fallback only), and
-exactness on a busy cluster (figures are read one after another, not as one snapshot).
+exactness on a busy cluster (figures are read one after another, not as one snapshot; each topic read stops
+after 15 s, so a ``groups`` log too long to read in that time gives a partial control-arm count).
 """
 
 from __future__ import annotations
@@ -107,6 +112,7 @@ class Report:
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     last_dead_letter: dict[str, str] = field(default_factory=dict)
     services: list[Service] = field(default_factory=list)
+    loop: dict[str, float] = field(default_factory=dict)  # LOOP_KEYS of Progress.loop_closure()
 
 
 class Reader:
@@ -231,6 +237,23 @@ def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
     return {who: v for who, (_, v) in sorted(newest.items())}
 
 
+#: The figures of :meth:`~streamgrpo.cli.progress.Progress.loop_closure` that ``status`` shows.
+LOOP_KEYS = ("samples_trained", "samples_dropped_stale", "stale_share", "control_arm_groups", "control_arm_rollouts")
+
+
+def loop_figures(reader: Reader) -> dict[str, float]:
+    """Stale share and A/B control arm over the whole run: every ``AdapterPublished`` and ``GroupClosed`` fed
+    to the run report's fold (:class:`~streamgrpo.cli.progress.Progress`), never a second computation."""
+    from streamgrpo.avro import records as R
+    from streamgrpo.cli.progress import Progress
+
+    progress = Progress()
+    for ev in (*reader.since(ADAPTER_TOPIC, R.AdapterPublished), *reader.since(catalog.GROUPS, R.GroupClosed)):
+        progress.apply(ev)
+    closure = progress.loop_closure()
+    return {key: closure[key] for key in LOOP_KEYS}
+
+
 def groups_in_flight(reader: Reader, window_s: float) -> int:
     from streamgrpo.avro import records as R
 
@@ -344,6 +367,7 @@ def _fill_from_topics(report: Report, reader: Reader, readings: dict[str, M.Read
     trainer = [lag for lag in report.lags if lag.topic == SAMPLES_TOPIC and lag.group.startswith("trainer.")]
     report.samples_waiting = sum(lag.lag for lag in trainer) if trainer else sum(reader.ends(SAMPLES_TOPIC).values())
     dead_letters(reader, report)
+    report.loop = loop_figures(reader)
 
 
 def _ago(t: float, now: float) -> str:
@@ -364,6 +388,11 @@ def render(r: Report) -> str:
     lines.append(f"served     ({r.served_source}) " + ("  ".join(f"{w} v{ver}" for w, ver in r.served.items()) or "-"))
     lines.append(f"groups in flight {r.groups_in_flight} ({r.groups_source})   "
                  f"samples waiting for the trainer {r.samples_waiting}")
+    if r.loop:
+        lines.append(f"trainer    trained {r.loop['samples_trained']:.0f} samples, dropped as stale "
+                     f"{r.loop['samples_dropped_stale']:.0f} (stale share {100 * r.loop['stale_share']:.1f} %)")
+        lines.append(f"A/B        control arm, judged for the comparison only (no samples): "
+                     f"{r.loop['control_arm_groups']:.0f} groups, {r.loop['control_arm_rollouts']:.0f} rollouts")
     reasons = ", ".join(f"{k} {n}" for k, n in r.dead_letter_reasons.items())
     lines.append(f"dead letters, last hour {r.dead_letters}{f' ({reasons})' if reasons else ''}")
     for consumer, what in r.last_dead_letter.items():
@@ -415,8 +444,8 @@ def _targets(ports: dict[str, int], host: str, endpoints: tuple[str, ...]) -> di
 def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tuple[str, ...], host: str,
            window_s: float, timeout_s: float, run_id: str | None) -> None:
     """One screen: consumer lag per group and partition, groups in flight, adapter versions (published,
-    primary, canary, served per worker), samples waiting for the trainer, dead letters in the last hour
-    and each service's endpoint with its last error.
+    primary, canary, served per worker), samples waiting for the trainer, the stale share and the A/B control
+    arm's groups and rollouts, dead letters in the last hour and each service's endpoint with its last error.
 
     Reads the topics with the [kafka] settings (embedded broker when unset) and every reachable
     metrics endpoint; a service whose endpoint does not answer is shown as DOWN.

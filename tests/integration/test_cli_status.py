@@ -19,6 +19,7 @@ from streamgrpo.avro.ids import derived_id
 from streamgrpo.cli import cli
 from streamgrpo.cli.status import collect, render
 from streamgrpo.config import KafkaSettings
+from streamgrpo.lifecycle.pacing import CONTROL_ARM
 from streamgrpo.topics.clients import client_config
 from streamgrpo.topics.producer import EventProducer
 
@@ -46,8 +47,9 @@ def _env(service: str, instance: str = "host:1", salt: object = "", **ids: Any) 
 def _produce(kafka: KafkaSettings) -> None:
     p = EventProducer(kafka, "tests")
     pub = _sample(R.AdapterPublished)
-    for v in (1, 2, 3):
+    for v in (1, 2, 3):  # each step trained 6 samples and dropped 2 as stale (the sample's drops): share 6 / 24
         p.send(dataclasses.replace(pub, envelope=_env("trainer", salt=v), version=v, parent_version=v - 1 or None,
+                                   metrics={"loss": 0.1, "rollouts": 6.0},
                                    auto_promote=False))  # a trainer with canary_share 0.5, as `status` below
     p.send(dataclasses.replace(_sample(R.AdapterPromoted), envelope=_env("streams"), version=2, previous_version=1))
     state = _sample(R.AdapterState)
@@ -57,6 +59,9 @@ def _produce(kafka: KafkaSettings) -> None:
     for g in ("g1", "g2", "g3"):
         p.send(dataclasses.replace(req, envelope=_env("streams", group_id=g, rollout_id=f"{g}-r0")))
     p.send(dataclasses.replace(_sample(R.GroupClosed), envelope=_env("streams", group_id="g1")))
+    for g, received in (("ca1", 3), ("ca2", 5)):  # A/B control arm: judged for the comparison only, no samples
+        p.send(dataclasses.replace(_sample(R.GroupClosed), envelope=_env("streams", group_id=g), reason=CONTROL_ARM,
+                                   trains=False, samples=0, received=received, missing_rollout_ids=[]))
     done = _sample(R.RolloutCompleted)
     for instance, version in (("w1", 1), ("w1", 2), ("w2", 3)):
         p.send(dataclasses.replace(done, envelope=_env("rollout", instance, group_id=f"g-{instance}-{version}"),
@@ -116,8 +121,11 @@ def test_status_from_topics_with_services_down(kafka_ns: KafkaSettings) -> None:
     up = {s.service: s for s in report.services}
     assert up["judge"].up and up["judge"].last_error["message"] == "LLM judge endpoint refused the connection"
     assert not up["rollout"].up and up["rollout"].error
+    assert report.loop == {"samples_trained": 18.0, "samples_dropped_stale": 6.0, "stale_share": 0.25,
+                           "control_arm_groups": 2, "control_arm_rollouts": 8}
     screen = render(report)
     assert "DOWN" in screen and TRAINER_GROUP in screen and "canary v3" in screen
+    assert "dropped as stale 6 (stale share 25.0 %)" in screen and "2 groups, 8 rollouts" in screen
 
 
 def test_status_prefers_endpoints_when_up(kafka_ns: KafkaSettings) -> None:
@@ -149,9 +157,12 @@ def test_status_cli_json_and_screen(kafka_ns: KafkaSettings) -> None:
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert data["versions"]["published"] == 3 and data["dead_letters"] == 3
+    assert data["loop"]["stale_share"] == 0.25 and data["loop"]["control_arm_groups"] == 2
+    assert data["loop"]["control_arm_rollouts"] == 8
     assert [s["up"] for s in data["services"]] == [False] * 4
     screen = runner.invoke(cli, ["status", "--timeout", "0.3", *args], env=env)
     assert screen.exit_code == 0 and screen.output.count("DOWN") == 4
+    assert "stale share 25.0 %" in screen.output and "control arm" in screen.output
     bad = runner.invoke(cli, ["status", "--endpoint", "nope=1.2.3.4:5"], env=env)
     assert bad.exit_code == 2 and "SERVICE=HOST:PORT" in bad.output
 
