@@ -39,6 +39,20 @@ def test_every_schema_and_field_is_documented_and_named_after_its_file(path) -> 
         assert f.get("doc"), f"{path.stem}.{f['name']} has no doc"
 
 
+def test_group_closed_reason_doc_names_every_reason_and_the_wire_form_is_v4s() -> None:
+    """GroupClosed.reason's doc lists every reason the advantage window writes, the A/B control arm's included,
+    and a doc edit leaves the parsing canonical form alone: the fingerprint is the one in v4's golden bytes."""
+    from pathlib import Path
+
+    from streamgrpo.lifecycle.pacing import CONTROL_ARM
+
+    doc = next(f["doc"] for f in _raw("streamgrpo.events.GroupClosed")["fields"] if f["name"] == "reason")
+    for reason in ("complete", "timed_out_scored", "zero_variance", "timed_out_dropped", "too_few_rewards", CONTROL_ARM):
+        assert reason in doc, f"GroupClosed.reason's doc does not name {reason!r}"
+    golden = Path(__file__).parents[2] / "fixtures" / "golden" / "v4" / "streamgrpo.events.GroupClosed.bin"
+    assert registry.get("GroupClosed").fingerprint == golden.read_bytes()[2:10]
+
+
 def test_every_event_has_the_shared_envelope_first() -> None:
     for name in records.EVENT_TYPES:
         assert _raw(name)["fields"][0]["type"] == "streamgrpo.events.Envelope"
