@@ -19,8 +19,10 @@ the version that sampled it. Everything derived from them lives here:
   stay within the bound after one more publication; otherwise it closes with reason :data:`CONTROL_ARM`
   (``trains`` false, ``samples`` 0): closed without samples for admission and the queue, not a flat group.
 - **the admission budget** (:func:`admit`, :attr:`Pacing.admission_budget`): the fan-out starts a group
-  while ``pending + in_flight + group_size <= (1 + max_staleness) * samples_per_step``, so a group is
-  trained at most ``max_staleness`` versions after it was sampled; it always starts one while fewer than
+  while ``pending + in_flight + group_size <= (1 + max_staleness) * samples_per_step``, so a group that closes
+  in turn is trained at most ``max_staleness`` versions after it was sampled (one overtaken by a younger group,
+  which closes after the step that makes it stale was formed, is dropped as stale: the budget assumes groups close
+  in the order they start, see :mod:`streamgrpo.trainer.intake`); it always starts one while fewer than
   ``samples_per_step`` samples are queued (the trainer would starve otherwise) and never more than
   ``max_groups_in_flight`` groups at once.
 - **the intake capacity** (:attr:`Pacing.intake_capacity`): the budget plus one step of slack for what
