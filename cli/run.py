@@ -303,7 +303,7 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
     targets = [base_target(session.loop.adapter_name)]
     if published:
         try:
-            targets.append(from_event(published[max(published)]))
+            targets.append(from_event(published[max(published)], session.store))
         except StreamGRPOError as exc:
             click.echo(f"final evaluation: the last adapter does not verify ({exc}); base model only")
     rows = session.load_tasks(settings.tasks)
