@@ -142,7 +142,9 @@ def resolve(specs: Sequence[str], dirs: Sequence[Path], *, all_versions: bool, i
             try:
                 targets.append(from_event(event, store_root))
             except TargetError as exc:
-                raise TargetError(f"{exc} (announced on {source}); refusing to evaluate it") from exc
+                hint = (" (a run's adapters are in its own store: pass --run RUN_DIR or --store DIR)"
+                        if "outside the adapter store" in str(exc) else "")
+                raise TargetError(f"{exc} (announced on {source}); refusing to evaluate it{hint}") from exc
         elif store_root is not None:
             targets.append(from_store(store_root, name, version))
         else:
