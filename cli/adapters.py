@@ -33,7 +33,7 @@ from streamgrpo import config
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings, LoopSettings
 from streamgrpo.errors import ConfigError
-from streamgrpo.lifecycle.stats import Stats
+from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD, Stats
 from streamgrpo.models.adapter_state import adapter_state
 from streamgrpo.models.registry import AdapterRegistry, Line, RegistryState, ancestors, apply, status
 from streamgrpo.topics import catalog
@@ -81,11 +81,15 @@ def archive_events(root: Path) -> EventSource:
     return lambda topic: (event for event, _ in read_events(root, topic))
 
 
-def load_view(kafka: KafkaSettings, adapter: str, canary_share: float) -> View:
-    return view_from(kafka_events(kafka), adapter, canary_share)
+def load_view(kafka: KafkaSettings, adapter: str, canary_share: float,
+              success_threshold: float = SUCCESS_THRESHOLD) -> View:
+    return view_from(kafka_events(kafka), adapter, canary_share, success_threshold)
 
 
-def view_from(events: EventSource, adapter: str, canary_share: float) -> View:
+def view_from(events: EventSource, adapter: str, canary_share: float,
+              success_threshold: float = SUCCESS_THRESHOLD) -> View:
+    """The lifecycle of ``adapter``; without a controller's ``AdapterState`` records its figures are folded from
+    the topics, successes counted at ``success_threshold`` (the loop's ``[streams] success_threshold``)."""
     registry = AdapterRegistry(canary_share)
     for event in events(catalog.ADAPTER_EVENTS):
         registry.apply(event)
@@ -93,7 +97,7 @@ def view_from(events: EventSource, adapter: str, canary_share: float) -> View:
     for event in events(catalog.ADAPTER_REGISTRY):  # log order: the last state of a version is its newest
         if isinstance(event, R.AdapterState) and event.adapter_name == adapter:
             states[event.version] = event
-    stats = Stats()
+    stats = Stats(success_threshold)
     if not states:  # no controller published yet: compute the figures from the topics
         for topic in (catalog.REWARDS, catalog.EVALUATIONS):
             for event in events(topic):
@@ -186,10 +190,11 @@ class Where:
     adapter: str
     canary_share: float
     archive: Path | None = None  # a finished run's archive: read it instead of Kafka
+    success_threshold: float = SUCCESS_THRESHOLD  # [streams] success_threshold
 
     def view(self) -> View:
         source = archive_events(self.archive) if self.archive else kafka_events(self.kafka)
-        return view_from(source, self.adapter, self.canary_share)
+        return view_from(source, self.adapter, self.canary_share, self.success_threshold)
 
 
 def _context(ctx: click.Context, bootstrap: str | None, topic_prefix: str | None, adapter: str | None,
@@ -205,7 +210,10 @@ def _context(ctx: click.Context, bootstrap: str | None, topic_prefix: str | None
     archive = run.archive if run is not None and not run.live() else None
     if archive is not None and not archive.is_dir():
         raise ConfigError(f"run {run_id} has finished and left no event archive at {archive}")
-    return Where(kafka, adapter or loop.adapter_name, loop.canary_share, archive)
+    from streamgrpo.streams.config import StreamsSettings
+
+    threshold = config.load(StreamsSettings, "streams", path=path).success_threshold
+    return Where(kafka, adapter or loop.adapter_name, loop.canary_share, archive, threshold)
 
 
 @click.group()

@@ -35,7 +35,7 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle.health import alarms
 from streamgrpo.lifecycle.pacing import CONTROL_ARM
 from streamgrpo.lifecycle.published import drops as trainer_drops
-from streamgrpo.lifecycle.stats import VersionStats, carries_signal, is_human
+from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD, VersionStats, carries_signal, is_human
 from streamgrpo.models.registry import AdapterRegistry, Line, status
 from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
@@ -56,7 +56,7 @@ class VersionRewards:
 class Progress:
     """Counts and curves of one run."""
 
-    success_threshold: float = 0.5
+    success_threshold: float = SUCCESS_THRESHOLD  # run: [streams] success_threshold
     tasks: int = 0
     rollouts: int = 0
     groups: int = 0

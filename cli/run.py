@@ -168,10 +168,7 @@ def execute(cfg: RunSettings) -> Path:
         sup = Supervisor(children, env, run_dir / "logs")
         sup.start_all()
         click.echo(f"started {', '.join(c.name for c in sup.children)} (logs in {run_dir / 'logs'})")
-        from streamgrpo.cli.progress import Progress
-
-        loop = config.load(config.LoopSettings, "loop", path=config_file)
-        tracker = RunTracker(kafka, Progress(canary_share=loop.canary_share))
+        tracker = RunTracker(kafka, progress_for(config_file))
         tracker.start()
         n = _submit(cfg, kafka)
         click.echo(f"submitted {n} task(s) x group size {cfg.group_size}")
@@ -280,6 +277,16 @@ def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_versio
     return None
 
 
+def progress_for(config_file: Path) -> Progress:
+    """The run's progress fold with the loop's settings: ``[loop] canary_share`` and ``[streams] success_threshold``
+    (the progress line counts successes as the streams' metrics and the A/B test do)."""
+    from streamgrpo.streams.config import StreamsSettings
+
+    loop = config.load(config.LoopSettings, "loop", path=config_file)
+    streams = config.load(StreamsSettings, "streams", path=config_file)
+    return Progress(canary_share=loop.canary_share, success_threshold=streams.success_threshold)
+
+
 def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
     """The base model and the last adapter on the FULL held-out split, greedy; published (trigger
     ``run-final``) and added to the report. Runs after the children stopped, so it has the CPU."""
@@ -303,7 +310,7 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
     targets = [base_target(session.loop.adapter_name)]
     if published:
         try:
-            targets.append(from_event(published[max(published)]))
+            targets.append(from_event(published[max(published)], session.store))
         except StreamGRPOError as exc:
             click.echo(f"final evaluation: the last adapter does not verify ({exc}); base model only")
     rows = session.load_tasks(settings.tasks)

@@ -14,9 +14,10 @@ A target is the base model (version 0) or an adapter version:
 
 Adapter names and announced uris go through the adapter store's one resolver
 (:mod:`streamgrpo.models.adapter_store`): ``--adapter ../outside@v1`` is refused, and so is an announced
-uri that is not a local path or whose directory holds a symlink. What is not covered: remote (fsspec)
-URIs; an announced local path is not confined to one store (a run's store differs from ``[loop]
-adapter_store``), its sha256 is what is checked.
+uri that is not a local path, that resolves outside the adapter store (the session's store: ``--store``,
+the run's ``<run dir>/adapters`` with ``--run``, else ``[loop] adapter_store``; ``..`` and symlinks are
+followed first) or whose directory holds a symlink. A matching sha256 does not make an outside path
+acceptable: whoever can write ``adapter-events`` can compute it. What is not covered: remote (fsspec) URIs.
 """
 
 from __future__ import annotations
@@ -67,10 +68,11 @@ def published(events: Sequence[R.Event], adapter_name: str) -> dict[int, R.Adapt
     return {e.version: e for e in events if isinstance(e, R.AdapterPublished) and e.adapter_name == adapter_name}
 
 
-def from_event(event: R.AdapterPublished) -> Target:
-    """Verify the announced files (raises TargetError on a mismatch, a symlink, a non-local uri)."""
+def from_event(event: R.AdapterPublished, store_root: Path | None) -> Target:
+    """Verify the announced files, confined to ``store_root`` when given (raises TargetError on a mismatch, a
+    path outside the store, a symlink, a non-local uri)."""
     try:
-        path = store.verify_and_load_path(event.uri, event.sha256)
+        path = store.verify_and_load_path(event.uri, event.sha256, store_root)
     except StreamGRPOError as exc:
         raise TargetError(f"{event.adapter_name}@v{event.version}: {exc}") from exc
     return Target(f"{event.adapter_name}@v{event.version}", event.adapter_name, event.version, path, event.sha256,
@@ -138,9 +140,11 @@ def resolve(specs: Sequence[str], dirs: Sequence[Path], *, all_versions: bool, i
         event = published(events or [], name).get(version)
         if event is not None:
             try:
-                targets.append(from_event(event))
+                targets.append(from_event(event, store_root))
             except TargetError as exc:
-                raise TargetError(f"{exc} (announced on {source}); refusing to evaluate it") from exc
+                hint = (" (a run's adapters are in its own store: pass --run RUN_DIR or --store DIR)"
+                        if "outside the adapter store" in str(exc) else "")
+                raise TargetError(f"{exc} (announced on {source}); refusing to evaluate it{hint}") from exc
         elif store_root is not None:
             targets.append(from_store(store_root, name, version))
         else:

@@ -39,7 +39,8 @@ FORMATS = ("table", "json", "csv")
 @click.option("--base/--no-base", "include_base", default=None,
               help="Also evaluate the base model (default: only when nothing else is asked, or with --all-versions).")
 @click.option("--store", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Adapter store root (default: [loop] adapter_store).")
+              help="Adapter store root (default: [loop] adapter_store); announced adapters load only "
+                   "from it.")
 @click.option("--samples", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Rollouts per task (k): reports mean@k and pass@k.")
 @click.option("--temperature", type=click.FloatRange(0, 5), default=None,

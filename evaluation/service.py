@@ -1,9 +1,10 @@
 """The evaluator in the loop (``streamgrpo evaluator``): held-out accuracy of each new adapter version.
 
 It follows ``adapter-events``; when a version is published (every ``every``-th one, and the base
-model once at start) it loads the announced files -- only if their sha256 matches the event --,
-evaluates the agent as served on a FIXED held-out sample (the first ``limit`` tasks of ``tasks``,
-greedy), and publishes an ``EvaluationCompleted`` (trigger ``run-evaluator``). When versions come
+model once at start) it loads the announced files -- only from the adapter store (``[loop]
+adapter_store``) and only if their sha256 matches the event; any other version is logged as skipped
+with the reason and never evaluated --, evaluates the agent as served on a FIXED held-out sample (the
+first ``limit`` tasks of ``tasks``, greedy), and publishes an ``EvaluationCompleted`` (trigger ``run-evaluator``). When versions come
 faster than it evaluates, it takes the NEWEST pending one, so the curve stays current instead of
 falling behind. Versions already evaluated on the same task set (read back from ``evaluations`` at
 start) are not evaluated again, so a restarted evaluator resumes.
@@ -84,7 +85,8 @@ class Evaluator:
     def evaluate(self, version: int, published: dict[int, R.AdapterPublished]) -> R.EvaluationCompleted:
         from streamgrpo.evaluation.adapters import base_target, from_event
 
-        target = base_target(self.session.loop.adapter_name) if version == 0 else from_event(published[version])
+        name = self.session.loop.adapter_name  # announced files load only from the session's adapter store
+        target = base_target(name) if version == 0 else from_event(published[version], self.session.store)
         run = self.session.run_one(target, self.rows, self.spec)
         self.done.add(version)
         return run.run.event(self.session.judge.info, trigger="run-evaluator", service="evaluator")
@@ -115,7 +117,7 @@ def serve(settings: EvaluatorSettings, session: Any, stop: threading.Event) -> N
             started = time.monotonic()
             try:
                 event = evaluator.evaluate(version, published)
-            except StreamGRPOError as exc:  # a version that does not verify is reported, never evaluated
+            except StreamGRPOError as exc:  # a version that does not verify (sha256, outside the store) is reported
                 log.error("evaluator: v%d skipped: %s", version, exc)
                 evaluator.done.add(version)
                 continue

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.errors import AdapterInUseError
 from streamgrpo.inference.residency import AdapterSlots
 from streamgrpo.inference.stopping import JsonObjectEnd
-from streamgrpo.rollout.errors import AdapterInUseError
 
 if TYPE_CHECKING:
     from streamgrpo.inference.sampling import LogitsMask
@@ -70,7 +70,7 @@ class PlannerPolicy(ABC):
     """
 
     #: Whether :meth:`generate` applies a ``logits_mask`` (grammar-constrained decoding); backends that
-    #: cannot raise :class:`~streamgrpo.rollout.errors.PolicyError` when given one.
+    #: cannot raise :class:`~streamgrpo.inference.errors.PolicyError` when given one.
     applies_logits_mask: bool = False
 
     def __init__(self, keep_last: int = 4) -> None:
@@ -79,7 +79,7 @@ class PlannerPolicy(ABC):
     # -- pinning (concrete; shared) -------------------------------------------------------------
     def pin(self, adapter_name: str, version: int) -> None:
         """Keep ``adapter_name@v{version}`` resident until :meth:`unpin`; raises
-        :class:`~streamgrpo.rollout.errors.AdapterNotResidentError` if it is not resident. 0 is a no-op."""
+        :class:`~streamgrpo.inference.errors.AdapterNotResidentError` if it is not resident. 0 is a no-op."""
         self._slots.pin(adapter_name, version)
 
     def unpin(self, adapter_name: str, version: int) -> None:
@@ -130,7 +130,7 @@ class PlannerPolicy(ABC):
         ``logits_mask``: the per-row allowed-token hook of :mod:`.sampling` (only where
         :attr:`applies_logits_mask`); the logprobs are then those of the masked, renormalised distribution.
 
-        Raises :class:`~streamgrpo.rollout.errors.AdapterNotResidentError` if
+        Raises :class:`~streamgrpo.inference.errors.AdapterNotResidentError` if
         ``adapter_version`` (> 0) is not resident; version 0 is always the base model.
         """
 

@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 import torch
 
 from streamgrpo.inference.attention import PrefixGroup, prefix_groups
+from streamgrpo.inference.errors import PolicyError
 from streamgrpo.inference.kvcache import PrefixStore, RowCache, common_prefix
 from streamgrpo.inference.lean import LeanAdapter, LeanLlama
 from streamgrpo.inference.sampling import LogitsMask, Sampled, row_generators, row_masks, sample_step
-from streamgrpo.rollout.errors import PolicyError
 
 log = logging.getLogger(__name__)
 

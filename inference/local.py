@@ -39,11 +39,11 @@ import torch
 from streamgrpo.avro import records as R
 from streamgrpo.inference.base import BASE_VERSION, Generation, PlannerPolicy, served_name
 from streamgrpo.inference.engine import EngineRequest, FastEngine
+from streamgrpo.inference.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
 from streamgrpo.inference.lean import LeanAdapter, LeanLlama, unsupported_reason
 from streamgrpo.inference.numerics import dtype_name, engine_label, resolve_dtype
 from streamgrpo.inference.sampling import LogitsMask, Sampled, sample_batch
 from streamgrpo.inference.stopping import JsonObjectEnd
-from streamgrpo.rollout.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
 
 log = logging.getLogger(__name__)
 

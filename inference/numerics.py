@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from streamgrpo.inference.errors import PolicyError
 from streamgrpo.models.numerics import fast_bf16
-from streamgrpo.rollout.errors import PolicyError
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: Accepted values of the ``dtype`` setting.

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from streamgrpo.rollout.errors import BackendUnavailableError, PolicyError
+from streamgrpo.inference.errors import BackendUnavailableError, PolicyError
 
 
 class OpenAITextModel:

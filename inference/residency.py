@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from itertools import count
 
-from streamgrpo.rollout.errors import AdapterInUseError, AdapterNotResidentError
+from streamgrpo.inference.errors import AdapterInUseError, AdapterNotResidentError
 
 
 def evictable(load_order: Sequence[int], keep_last: int, protected: Iterable[int]) -> list[int]:

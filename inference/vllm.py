@@ -66,13 +66,13 @@ from pydantic import SecretStr
 
 from streamgrpo.avro import records as R
 from streamgrpo.inference.base import BASE_VERSION, Generation, PlannerPolicy, served_name
-from streamgrpo.inference.stopping import JsonObjectEnd
-from streamgrpo.rollout.errors import (
+from streamgrpo.inference.errors import (
     AdapterLoadError,
     AdapterNotResidentError,
     BackendUnavailableError,
     PolicyError,
 )
+from streamgrpo.inference.stopping import JsonObjectEnd
 
 if TYPE_CHECKING:
     from streamgrpo.inference.sampling import LogitsMask
@@ -213,8 +213,8 @@ class VLLMPolicy(PlannerPolicy):
     def wait_ready(self, timeout_s: float) -> float:
         """Block until the server serves the base model (``/health`` + ``/v1/models``); returns the seconds
         waited. Raises :class:`BackendUnavailableError` after ``timeout_s``."""
+        from streamgrpo.inference.errors import VLLMServerError
         from streamgrpo.inference.vllm_server import wait_ready
-        from streamgrpo.rollout.errors import VLLMServerError
 
         key = self._api_key.get_secret_value() if self._api_key is not None else None
 

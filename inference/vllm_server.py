@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from streamgrpo.inference.errors import VLLMServerError
 from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.errors import VLLMServerError
 
 #: The server module of vLLM's OpenAI-compatible API.
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"

@@ -66,6 +66,12 @@ def carries_signal(closed: R.GroupClosed) -> bool:
     return closed.trains or closed.reason == CONTROL_ARM
 
 
+#: The default success threshold: a judge reward counts as a success when it is OK and ``score >=`` this. The one
+#: home of the number: ``[streams] success_threshold`` defaults to it, and so do every fold and view below and in
+#: ``cli`` that is not handed the configured value.
+SUCCESS_THRESHOLD: float = 0.5
+
+
 def is_success(ok: bool, score: float, success_threshold: float) -> bool:
     """Whether a judge reward counts as a success: OK and at least the threshold."""
     return ok and score >= success_threshold
@@ -96,7 +102,7 @@ class VersionStats:
     probe_groups: int = 0  # of groups_closed: curriculum probe groups (when the caller knows)
     probe_flat: int = 0  # of flat_groups: probe groups without reward variance
 
-    def add(self, event: R.Event, success_threshold: float = 0.5) -> None:
+    def add(self, event: R.Event, success_threshold: float = SUCCESS_THRESHOLD) -> None:
         """Fold one event (the module docstring lists what each type counts; other types are ignored)."""
         if isinstance(event, R.Reward):
             if provenance.is_human(event.judge.name):
@@ -121,7 +127,7 @@ class VersionStats:
         self.tool_calls += tool_calls
 
     def add_reward(self, score: float, ok: bool = True, rollout_failed: bool = False,
-                   success_threshold: float = 0.5) -> None:
+                   success_threshold: float = SUCCESS_THRESHOLD) -> None:
         """One judge reward (``rollout_failed``: the rollout itself ended in ERROR)."""
         self.rewards += 1
         self.ok += ok
@@ -251,7 +257,7 @@ class _OpenGroup:
 class Stats:
     """The fold (``apply(event)``; events of other types are ignored)."""
 
-    def __init__(self, success_threshold: float = 0.5, max_open_groups: int = 100_000) -> None:
+    def __init__(self, success_threshold: float = SUCCESS_THRESHOLD, max_open_groups: int = 100_000) -> None:
         self.success_threshold = success_threshold
         self.max_open_groups = max_open_groups
         self.versions: dict[tuple[str, int], VersionStats] = {}

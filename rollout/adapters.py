@@ -50,14 +50,10 @@ from streamgrpo import metrics
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.inference.base import PlannerPolicy
+from streamgrpo.inference.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
 from streamgrpo.models.errors import AdapterIntegrityError
 from streamgrpo.models.registry import AdapterRegistry, Announced, Announcement, Change, PrimaryChanged
-from streamgrpo.rollout.errors import (
-    AdapterLoadError,
-    AdapterNotResidentError,
-    AdapterRefusedError,
-    PolicyError,
-)
+from streamgrpo.rollout.errors import AdapterRefusedError
 from streamgrpo.topics import catalog
 from streamgrpo.topics.follow import LogFollower, StopSignal
 from streamgrpo.topics.received import Received

@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING, Any
 from streamgrpo import heartbeat, metrics
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.inference.errors import PolicyError
 from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.errors import PolicyError, WorkerStopping
+from streamgrpo.rollout.errors import WorkerStopping
 from streamgrpo.rollout.loop import LoopContext, RolloutResult, fail_group, run_group
 from streamgrpo.topics import catalog
 from streamgrpo.topics.errors import ProduceError

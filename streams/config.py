@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from streamgrpo.config import StrictModel, default_home, shared
+from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD
 from streamgrpo.metrics import DEFAULT_PORTS
 from streamgrpo.topics import catalog
 
@@ -103,7 +104,8 @@ class StreamsSettings(StrictModel):
     tick_interval_s: float = Field(1.0, gt=0, le=60, description="How often open groups are scanned for timeouts.")
     # -- reward metrics ----------------------------------------------------------------------------
     metrics_window_s: float = Field(60.0, gt=0, description="Tumbling window of reward metrics, seconds.")
-    success_threshold: float = Field(0.5, description="A reward counts as a success when score >= this.")
+    success_threshold: float = Field(SUCCESS_THRESHOLD, description="A reward counts as a success when it is OK and "
+                                     "score >= this.")
     metrics_port: int = Field(DEFAULT_PORTS["streams"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     # -- A/B controller ----------------------------------------------------------------------------
     canary_share: float = shared("canary_share")

@@ -13,10 +13,10 @@ from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.inference.errors import AdapterNotResidentError
 from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.models.adapter_store import Manifest, write_version
 from streamgrpo.rollout.adapters import AdapterFollower, follow
-from streamgrpo.rollout.errors import AdapterNotResidentError
 from streamgrpo.topics.producer import EventProducer
 
 NAME = "planner"

@@ -32,12 +32,12 @@ from fixtures.vllm.support import (
 )
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
 from streamgrpo.inference.stopping import JsonObjectEnd
 from streamgrpo.inference.vllm import VLLMPolicy
 from streamgrpo.inference.vllm_server import VLLMServerProcess, served_model_name, serving
 from streamgrpo.rollout.adapters import AdapterFollower
 from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model, pytest.mark.timeout(1800)]
 

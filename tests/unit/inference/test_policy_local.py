@@ -13,8 +13,8 @@ from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
 from streamgrpo.inference.base import Generation
+from streamgrpo.inference.errors import AdapterInUseError, AdapterNotResidentError
 from streamgrpo.inference.local import LocalPolicy, LocalTextModel
-from streamgrpo.rollout.errors import AdapterInUseError, AdapterNotResidentError
 
 MESSAGES = [
     [{"role": "user", "content": "What is 2+2?"}],

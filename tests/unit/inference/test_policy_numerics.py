@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from streamgrpo.inference.errors import PolicyError
 from streamgrpo.inference.numerics import engine_label, resolve_dtype
-from streamgrpo.rollout.errors import PolicyError
 
 
 @pytest.mark.parametrize(("amx", "avx512_bf16", "expected"), [(True, True, torch.bfloat16), (False, True, torch.float32),

@@ -17,15 +17,15 @@ import pytest
 from pydantic import SecretStr
 
 from streamgrpo.avro import records as R
-from streamgrpo.inference.openai_text import OpenAITextModel
-from streamgrpo.inference.stopping import JsonObjectEnd
-from streamgrpo.inference.vllm import VLLMPolicy
-from streamgrpo.rollout.errors import (
+from streamgrpo.inference.errors import (
     AdapterLoadError,
     AdapterNotResidentError,
     BackendUnavailableError,
     PolicyError,
 )
+from streamgrpo.inference.openai_text import OpenAITextModel
+from streamgrpo.inference.stopping import JsonObjectEnd
+from streamgrpo.inference.vllm import VLLMPolicy
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 BASE = "smollm2-135m-instruct"  # the served name in the captured payloads

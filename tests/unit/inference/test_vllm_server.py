@@ -11,6 +11,7 @@ import pytest
 from fixtures.vllm.support import group_members
 from pydantic import SecretStr
 
+from streamgrpo.inference.errors import VLLMServerError
 from streamgrpo.inference.vllm_server import (
     VLLMServerProcess,
     cpu_ranges,
@@ -22,7 +23,6 @@ from streamgrpo.inference.vllm_server import (
     wait_ready,
 )
 from streamgrpo.rollout.config import RolloutConfig
-from streamgrpo.rollout.errors import VLLMServerError
 
 
 def test_command_has_the_documented_flags_and_binds_the_url() -> None:

@@ -91,3 +91,15 @@ def test_loop_adapter_name_that_is_a_path_is_a_config_error(tmp_path: Path, name
     toml.write_text(f'[loop]\nadapter_name = "{name}"\n')
     with pytest.raises(ConfigError, match="adapter_name"):
         load(LoopSettings, "loop", path=toml, environ={})
+
+
+def test_eval_refuses_an_announced_adapter_outside_its_store_and_says_how_to_name_the_store(setup) -> None:
+    """A run's adapters sit in the run's own store, so `eval` without --run/--store meets them outside
+    [loop] adapter_store: refused even with the right sha256, and the error says what to pass."""
+    _, _, store, outside, sha = setup
+    with pytest.raises(TargetError, match=r"outside the adapter store.*pass --run RUN_DIR or --store DIR"):
+        resolve(["planner@v1"], [], all_versions=False, include_base=False, adapter_name="planner",
+                events=[_published(1, str(outside), sha)], store_root=store)
+    [target] = resolve(["planner@v1"], [], all_versions=False, include_base=False, adapter_name="planner",
+                       events=[_published(1, str(outside), sha)], store_root=outside.parent)
+    assert target.version == 1

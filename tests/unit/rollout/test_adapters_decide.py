@@ -10,10 +10,10 @@ import torch
 from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.errors import AdapterNotResidentError
 from streamgrpo.inference.local import LocalPolicy
 from streamgrpo.models.registry import AdapterRegistry, Announced, PrimaryChanged
 from streamgrpo.rollout.adapters import AdapterFollower, loads_worth_doing
-from streamgrpo.rollout.errors import AdapterNotResidentError
 
 
 def published(version: int, uri: str = "/nowhere", sha: str = "0" * 64, name: str = "planner") -> R.AdapterPublished:

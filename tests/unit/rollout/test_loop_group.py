@@ -11,8 +11,8 @@ from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.avro.codec import Codec
 from streamgrpo.inference.base import Generation, PlannerPolicy
+from streamgrpo.inference.errors import PolicyError
 from streamgrpo.inference.stopping import JsonObjectEnd
-from streamgrpo.rollout.errors import PolicyError
 from streamgrpo.rollout.loop import LoopContext, run_group
 from streamgrpo.rollout.roles import planner
 from streamgrpo.rollout.tools.calculator import Calculator

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from streamgrpo.rollout.errors import BackendUnavailableError
+from streamgrpo.inference.errors import BackendUnavailableError
 from streamgrpo.rollout.tools.generalist import Generalist
 
 
