@@ -43,7 +43,7 @@ HEADER = (
 )
 #: The Faust window's internal tick topic (streams/window.py TICKS; a unit test keeps them equal).
 STREAMS_TICKS = "streams-window-ticks"
-#: The ``status`` command's consumer group (cli/status.py).
+#: The ``status`` command's consumer group (cli/status_topics.py GROUP).
 STATUS_GROUP = "streamgrpo-status"
 #: principal -> (workload kind, workload name, container name) of the base that runs as it.
 WORKLOADS: dict[str, tuple[str, str, str]] = {

@@ -2,7 +2,8 @@
 
 - :mod:`.streams`: synthetic groups of rollout events and a ``streamgrpo streams`` worker subprocess;
 - :mod:`.samples`: synthetic TrainingSamples;
-- :mod:`.tiny_policy`: a tiny in-process Llama + character tokenizer for the policy code paths.
+- :mod:`.tiny_policy`: a tiny in-process Llama + character tokenizer for the policy code paths;
+- :mod:`.no_broker`: a service subprocess started without a broker, SIGTERMed, its exit timed.
 
 Benchmarks import them with ``tests/`` on ``sys.path`` (``bench/_paths.py``).
 """

@@ -9,41 +9,17 @@ then resumes when a broker answers: ``integration/test_broker_outage.py``.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from streamgrpo.topics.broker import free_port
+from support.no_broker import start_without_broker
 
 WAIT_S = 8.0
 
 
 def test_a_judge_started_without_a_broker_waits_with_bounded_logs_and_stops_on_sigterm(tmp_path: Path) -> None:
-    bootstrap = f"127.0.0.1:{free_port()}"
-    config = tmp_path / "judge.toml"
-    config.write_text(f'[kafka]\nbootstrap = "{bootstrap}"\noutage_log_interval_s = 5\n\n[judge]\nmetrics_port = 0\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGRPO_")}
-    env.update(STREAMGRPO_CONFIG=str(config), STREAMGRPO_HOME=str(tmp_path / "home"))
-    log = tmp_path / "judge.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "streamgrpo.cli", "judge"], env=env, stdout=sink,
-                                stderr=subprocess.STDOUT)
-    try:
-        time.sleep(WAIT_S)
-        alive = proc.poll() is None
-        lines = log.read_text(errors="replace").splitlines()
-        proc.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        rc = proc.wait(30)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    assert alive, "\n".join(lines[-30:])
-    assert sum(f"Kafka broker {bootstrap} unreachable: " in ln for ln in lines) == 1, lines
+    run = start_without_broker("judge", tmp_path, "[judge]\nmetrics_port = 0\n", wait_s=WAIT_S)
+    lines = run.lines
+    assert run.alive, "\n".join(lines[-30:])
+    assert sum(f"Kafka broker {run.bootstrap} unreachable: " in ln for ln in lines) == 1, lines
     assert len(lines) <= 4, lines  # "judge serving", the first line, at most two summaries
-    assert rc == 0 and took < 15, (rc, took, log.read_text(errors="replace")[-3000:])
+    assert run.rc == 0 and run.took < 15, (run.rc, run.took, run.text[-3000:])

@@ -11,16 +11,10 @@ with a stored adapter too: ``integration/test_trainer_broker_start.py``.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+from support.no_broker import start_without_broker
 from support.tiny_model import tiny_model
-
-from streamgrpo.topics.broker import free_port
 
 WAIT_S = 8.0
 
@@ -30,38 +24,15 @@ def test_a_trainer_started_without_a_broker_waits_with_bounded_logs_and_stops_on
     base = tmp_path / "base"
     model.save_pretrained(base)
     tok.save_pretrained(base)
-    bootstrap = f"127.0.0.1:{free_port()}"
-    config = tmp_path / "trainer.toml"
-    config.write_text(
-        f'[kafka]\nbootstrap = "{bootstrap}"\noutage_log_interval_s = 5\n\n'
+    run = start_without_broker(
+        "trainer", tmp_path,
         f'[loop]\nadapter_store = "{tmp_path / "adapters"}"\n\n'
-        f'[trainer]\nbase_model = "{base}"\ndevice = "cpu"\nlora_rank = 4\nlora_alpha = 8\nmetrics_port = 0\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGRPO_")}
-    env.update(STREAMGRPO_CONFIG=str(config), STREAMGRPO_HOME=str(tmp_path / "home"))
-    log = tmp_path / "trainer.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "streamgrpo.cli", "trainer"], env=env, stdout=sink,
-                                stderr=subprocess.STDOUT)
-    first = f"Kafka broker {bootstrap} unreachable: "
-    try:
-        deadline = time.monotonic() + 180  # torch and the model load first
-        while first not in log.read_text(errors="replace") and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(WAIT_S)
-        alive = proc.poll() is None
-        lines = log.read_text(errors="replace").splitlines()
-        proc.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        rc = proc.wait(150)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    text = log.read_text(errors="replace")
-    assert alive, "\n".join(lines[-30:])
+        f'[trainer]\nbase_model = "{base}"\ndevice = "cpu"\nlora_rank = 4\nlora_alpha = 8\nmetrics_port = 0\n',
+        wait_s=WAIT_S, ready_timeout_s=180, exit_timeout_s=150)  # torch and the model load first
+    lines, first = run.lines, run.unreachable
+    assert run.alive, "\n".join(lines[-30:])
     assert sum(first in ln for ln in lines) == 1, lines
     since = lines[next(i for i, ln in enumerate(lines) if first in ln):]
     assert len(since) <= 3, since  # the first line, at most two summaries in WAIT_S at a 5 s interval
-    assert rc == 0 and took < 15, (rc, took, text[-3000:])
-    assert "Traceback" not in text, text[-3000:]
+    assert run.rc == 0 and run.took < 15, (run.rc, run.took, run.text[-3000:])
+    assert "Traceback" not in run.text, run.text[-3000:]

@@ -1,0 +1,203 @@
+"""What ``streamgrpo status`` reads from the topics: group-less reads of the catalog topics (:class:`Reader`,
+true partition ends included) and the folds over them: consumer lag per group, adapter versions (``adapter-events``
+and ``adapter-registry``), the versions served per worker (``rollouts``), groups in flight (``rollout-requests``
+against ``groups``), dead letters of the last hour, and the loop's stale share and A/B control arm (the run
+report's fold over ``adapter-events`` and ``groups``). The endpoints, the report and the screen are
+:mod:`streamgrpo.cli.status`'s.
+
+Not covered: a consistent snapshot (each figure is read on its own) and topics too long to read in 15 s (each
+read stops then, partial). Records that do not decode or are another event type are skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamgrpo.config import KafkaSettings
+from streamgrpo.topics import catalog
+
+ADAPTER_TOPIC, REGISTRY_TOPIC, SAMPLES_TOPIC, DLQ_TOPIC = catalog.ADAPTER_EVENTS, catalog.ADAPTER_REGISTRY, catalog.TRAINING_SAMPLES, \
+    catalog.DEAD_LETTERS
+#: The consumer group of the reads: never commits, and is left out of the lags (k8s/kafka_acl.py STATUS_GROUP).
+GROUP = "streamgrpo-status"
+
+@dataclass
+class Lag:
+    group: str
+    topic: str
+    partition: int
+    committed: int
+    end: int
+    lag: int
+
+
+
+@dataclass
+class DeadLetters:
+    """Dead letters of the last hour: how many, the count per reason code (most common first) and the last
+    one per consumer."""
+
+    count: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    last: dict[str, str] = field(default_factory=dict)
+
+class Reader:
+    """Group-less reads of the catalog topics (confluent-kafka), true ends included."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        from confluent_kafka import Consumer
+
+        from streamgrpo.topics.clients import client_config
+
+        self.kafka = kafka
+        self.consumer = Consumer(client_config(kafka, **{"group.id": GROUP, "enable.auto.commit": False}))
+        self._ends: dict[str, dict[int, int]] = {}
+
+    def physical(self, topic: str) -> str:
+        return f"{self.kafka.topic_prefix}{topic}"
+
+    def partitions(self, topic: str) -> list[int]:
+        md = self.consumer.list_topics(self.physical(topic), timeout=10).topics.get(self.physical(topic))
+        return [] if md is None or md.error is not None else sorted(md.partitions)
+
+    def ends(self, topic: str) -> dict[int, int]:
+        """True end offset per partition (the embedded broker's high watermark can lag; see topics.follow)."""
+        from streamgrpo.topics.follow import log_bounds
+
+        if topic not in self._ends:
+            bounds = log_bounds(self.kafka, [self.physical(topic)])
+            self._ends[topic] = {p: end for (_, p), (_, end) in sorted(bounds.items())}
+        return self._ends[topic]
+
+    def since(self, topic: str, kind: type | tuple[type, ...], since_ms: int | None = None,
+              last: int | None = None) -> list[Any]:
+        """Decoded events of type ``kind`` on ``topic`` from ``since_ms`` (or the ``last`` records per partition)
+        to its end; records that do not decode or are another type are skipped (the dead-letter path's business,
+        not the status screen's)."""
+        from confluent_kafka import TopicPartition
+
+        from streamgrpo.avro.codec import Codec
+        from streamgrpo.avro.errors import DecodeError
+
+        ends = self.ends(topic)
+        starts = {p: 0 for p in ends}
+        if since_ms is not None and ends:
+            found = self.consumer.offsets_for_times(
+                [TopicPartition(self.physical(topic), p, since_ms) for p in ends], timeout=10)
+            starts = {tp.partition: (tp.offset if tp.offset >= 0 else ends[tp.partition]) for tp in found}
+        if last is not None:
+            starts = {p: max(0, ends[p] - last) for p in ends}
+        todo = {p for p in ends if starts[p] < ends[p]}
+        if not todo:
+            return []
+        codec, out = Codec(self.kafka.schema_registry_url), []
+        self.consumer.assign([TopicPartition(self.physical(topic), p, starts[p]) for p in todo])
+        deadline = time.monotonic() + 15
+        while todo and time.monotonic() < deadline:
+            msg = self.consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            try:
+                event = codec.decode(msg.value() or b"")
+            except DecodeError:
+                event = None
+            if isinstance(event, kind):
+                out.append(event)
+            partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+            if offset + 1 >= ends[partition]:
+                todo.discard(partition)
+        self.consumer.unassign()
+        return out
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def consumer_lags(reader: Reader) -> list[Lag]:
+    """Committed offset vs partition end for every group that committed on a catalog topic."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    from streamgrpo.topics.catalog import CATALOG
+    from streamgrpo.topics.clients import client_config, logical_name
+
+    admin = AdminClient(client_config(reader.kafka))
+    groups = sorted(g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid)
+    out = []
+    for group in groups:
+        if group == GROUP:
+            continue
+        fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=10)[group]
+        for tp in fut.result().topic_partitions or []:
+            topic = logical_name(reader.kafka, tp.topic)
+            if tp.offset < 0 or topic not in CATALOG or not tp.topic.startswith(reader.kafka.topic_prefix):
+                continue
+            end = reader.ends(topic).get(tp.partition, 0)
+            out.append(Lag(group, topic, tp.partition, tp.offset, end, max(0, end - tp.offset)))
+    return out
+
+
+def adapter_versions(reader: Reader, canary_share: float, adapter_name: str = "planner",
+                     ) -> tuple[dict[str, int | None], dict[int, str]]:
+    """(published/primary/canary from adapter-events, {version: status} from adapter-registry)."""
+    from streamgrpo.avro import records as R
+    from streamgrpo.models.registry import AdapterRegistry
+
+    registry_fold = AdapterRegistry(canary_share)
+    for ev in reader.since(ADAPTER_TOPIC, object):  # the fold ignores other event types itself
+        registry_fold.apply(ev)
+    registry = {ev.version: ev.status.value for ev in reader.since(REGISTRY_TOPIC, R.AdapterState)}
+    line = registry_fold.line(adapter_name)
+    return {"published": line.latest, "primary": line.primary, "canary": line.canary}, registry
+
+
+def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
+    """Newest adapter version in each worker instance's recent RolloutCompleted records."""
+    from streamgrpo.avro import records as R
+
+    newest: dict[str, tuple[float, int]] = {}
+    for ev in reader.since(catalog.ROLLOUTS, R.RolloutCompleted, last=last):
+        who = f"{ev.envelope.producer.service}/{ev.envelope.producer.instance}"
+        seen = (ev.envelope.event_time.timestamp(), int(ev.adapter_version))  # same millisecond: the higher version
+        newest[who] = max(newest.get(who, seen), seen)
+    return {who: v for who, (_, v) in sorted(newest.items())}
+
+
+#: The figures of :meth:`~streamgrpo.cli.progress.Progress.loop_closure` that ``status`` shows.
+LOOP_KEYS = ("samples_trained", "samples_dropped_stale", "stale_share", "control_arm_groups", "control_arm_rollouts")
+
+
+def loop_figures(reader: Reader) -> dict[str, float]:
+    """Stale share and A/B control arm over the whole run: every ``AdapterPublished`` and ``GroupClosed`` fed
+    to the run report's fold (:class:`~streamgrpo.cli.progress.Progress`), never a second computation."""
+    from streamgrpo.avro import records as R
+    from streamgrpo.cli.progress import Progress
+
+    progress = Progress()
+    for ev in (*reader.since(ADAPTER_TOPIC, R.AdapterPublished), *reader.since(catalog.GROUPS, R.GroupClosed)):
+        progress.apply(ev)
+    closure = progress.loop_closure()
+    return {key: closure[key] for key in LOOP_KEYS}
+
+
+def groups_in_flight(reader: Reader, window_s: float) -> int:
+    from streamgrpo.avro import records as R
+
+    since = int((time.time() - window_s) * 1000)
+    requested = {ev.envelope.group_id for ev in reader.since(catalog.ROLLOUT_REQUESTS, R.RolloutRequest, since)}
+    closed = {ev.envelope.group_id for ev in reader.since(catalog.GROUPS, R.GroupClosed, since)}
+    return len(requested - closed)
+
+
+def dead_letters(reader: Reader) -> DeadLetters:
+    from streamgrpo.avro import records as R
+
+    since = int((time.time() - 3600) * 1000)
+    events = reader.since(DLQ_TOPIC, R.DeadLetter, since)
+    out = DeadLetters(len(events), dict(Counter(ev.reason_code for ev in events).most_common()))
+    for ev in events:
+        out.last[ev.consumer] = f"{ev.reason_code}: {ev.reason[:160]}"
+    return out
