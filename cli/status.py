@@ -51,6 +51,7 @@ from streamgrpo.cli.status_topics import (
     SAMPLES_TOPIC,
     Lag,
     Reader,
+    adapter_events,
     adapter_versions,
     consumer_lags,
     dead_letters,
@@ -190,7 +191,8 @@ def _fill_from_topics(report: Report, reader: Reader, readings: dict[str, M.Read
                       window_s: float) -> None:
     """Every figure that comes from the topics (endpoint readings preferred where they answer)."""
     report.lags = consumer_lags(reader)
-    report.versions, report.registry = adapter_versions(reader, canary_share)
+    announced = adapter_events(reader)  # one read for both folds below
+    report.versions, report.registry = adapter_versions(reader, announced, canary_share)
     rollout = readings.get("rollout")
     served = [v for lbl, v in (rollout.series("streamgrpo_adapter_version") if rollout and rollout.up else [])
               if lbl.get("role") == "served"]
@@ -209,7 +211,7 @@ def _fill_from_topics(report: Report, reader: Reader, readings: dict[str, M.Read
     report.samples_waiting = sum(lag.lag for lag in trainer) if trainer else sum(reader.ends(SAMPLES_TOPIC).values())
     dead = dead_letters(reader)
     report.dead_letters, report.dead_letter_reasons, report.last_dead_letter = dead.count, dead.reasons, dead.last
-    report.loop = loop_figures(reader)
+    report.loop = loop_figures(reader, announced)
 
 
 def _ago(t: float, now: float) -> str:

@@ -140,14 +140,19 @@ def consumer_lags(reader: Reader) -> list[Lag]:
     return out
 
 
-def adapter_versions(reader: Reader, canary_share: float, adapter_name: str = "planner",
+def adapter_events(reader: Reader) -> list[Any]:
+    """Every decodable record of adapter-events, read once per refresh for the folds that need it."""
+    return reader.since(ADAPTER_TOPIC, object)
+
+
+def adapter_versions(reader: Reader, events: list[Any], canary_share: float, adapter_name: str = "planner",
                      ) -> tuple[dict[str, int | None], dict[int, str]]:
-    """(published/primary/canary from adapter-events, {version: status} from adapter-registry)."""
+    """(published/primary/canary from the adapter-events ``events``, {version: status} from adapter-registry)."""
     from streamgrpo.avro import records as R
     from streamgrpo.models.registry import AdapterRegistry
 
     registry_fold = AdapterRegistry(canary_share)
-    for ev in reader.since(ADAPTER_TOPIC, object):  # the fold ignores other event types itself
+    for ev in events:  # the fold ignores other event types itself
         registry_fold.apply(ev)
     registry = {ev.version: ev.status.value for ev in reader.since(REGISTRY_TOPIC, R.AdapterState)}
     line = registry_fold.line(adapter_name)
@@ -170,14 +175,16 @@ def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
 LOOP_KEYS = ("samples_trained", "samples_dropped_stale", "stale_share", "control_arm_groups", "control_arm_rollouts")
 
 
-def loop_figures(reader: Reader) -> dict[str, float]:
-    """Stale share and A/B control arm over the whole run: every ``AdapterPublished`` and ``GroupClosed`` fed
-    to the run report's fold (:class:`~streamgrpo.cli.progress.Progress`), never a second computation."""
+def loop_figures(reader: Reader, events: list[Any]) -> dict[str, float]:
+    """Stale share and A/B control arm over the whole run: every ``AdapterPublished`` of the adapter-events
+    ``events`` and every ``GroupClosed`` fed to the run report's fold (:class:`~streamgrpo.cli.progress.Progress`),
+    never a second computation."""
     from streamgrpo.avro import records as R
     from streamgrpo.cli.progress import Progress
 
     progress = Progress()
-    for ev in (*reader.since(ADAPTER_TOPIC, R.AdapterPublished), *reader.since(catalog.GROUPS, R.GroupClosed)):
+    published = [ev for ev in events if isinstance(ev, R.AdapterPublished)]
+    for ev in (*published, *reader.since(catalog.GROUPS, R.GroupClosed)):
         progress.apply(ev)
     closure = progress.loop_closure()
     return {key: closure[key] for key in LOOP_KEYS}
