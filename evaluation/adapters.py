@@ -30,6 +30,7 @@ from pathlib import Path
 from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.models import adapter_store as store
+from streamgrpo.models.errors import AdapterOutsideStoreError
 from streamgrpo.topics import catalog
 
 
@@ -143,7 +144,7 @@ def resolve(specs: Sequence[str], dirs: Sequence[Path], *, all_versions: bool, i
                 targets.append(from_event(event, store_root))
             except TargetError as exc:
                 hint = (" (a run's adapters are in its own store: pass --run RUN_DIR or --store DIR)"
-                        if "outside the adapter store" in str(exc) else "")
+                        if isinstance(exc.__cause__, AdapterOutsideStoreError) else "")
                 raise TargetError(f"{exc} (announced on {source}); refusing to evaluate it{hint}") from exc
         elif store_root is not None:
             targets.append(from_store(store_root, name, version))

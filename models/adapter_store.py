@@ -43,7 +43,12 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from streamgrpo.avro.records import OffsetRange
-from streamgrpo.models.errors import AdapterIntegrityError, AdapterStoreError, AdapterStoreUnwritableError
+from streamgrpo.models.errors import (
+    AdapterIntegrityError,
+    AdapterOutsideStoreError,
+    AdapterStoreError,
+    AdapterStoreUnwritableError,
+)
 
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.pt"
@@ -160,7 +165,7 @@ def is_remote(uri: str) -> bool:
 
 def local_path(uri: str, store_root: str | os.PathLike[str] | None = None) -> Path:
     """The resolved local directory of a plain path or ``file://`` uri; with ``store_root``, one that resolves
-    outside the store (``..``, a symlink) is an :class:`AdapterStoreError`."""
+    outside the store (``..``, a symlink) is an :class:`AdapterOutsideStoreError`."""
     if is_remote(uri):
         raise AdapterStoreError(f"adapter uri {uri!r} is remote; a local path or file:// uri is needed here (the "
                                 "rollout follower downloads remote adapters into the store first)")
@@ -169,7 +174,7 @@ def local_path(uri: str, store_root: str | os.PathLike[str] | None = None) -> Pa
         raise AdapterStoreError(f"adapter uri {uri!r} names host {parsed.netloc!r}; file:// uris are local")
     path = Path(unquote(parsed.path) if parsed.scheme else uri).resolve()
     if store_root is not None and not path.is_relative_to(Path(store_root).resolve()):
-        raise AdapterStoreError(f"{uri} resolves to {path}, outside the adapter store {Path(store_root).resolve()} "
+        raise AdapterOutsideStoreError(f"{uri} resolves to {path}, outside the adapter store {Path(store_root).resolve()} "
                                 "([loop] adapter_store); adapters load only from the store")
     return path
 

@@ -21,6 +21,10 @@ class AdapterStoreError(ModelsError):
     """The adapter store cannot be written or read (version exists, bad manifest...)."""
 
 
+class AdapterOutsideStoreError(AdapterStoreError):
+    """An adapter path resolves outside the adapter store it must load from (``..``, a symlink, another store)."""
+
+
 class AdapterActionError(ModelsError):
     """A lifecycle action (promote, roll back, approve, reject) is not possible in the registry's current state;
     the message says why and what to do instead."""
