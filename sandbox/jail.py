@@ -23,7 +23,13 @@ What every call gets (:func:`bwrap_argv`):
   killed (``--die-with-parent``), the kernel kills every process left in it (setsid'd or not);
 - **syscalls**: the seccomp filter of :mod:`.seccomp` (a deny list, and argument filters: no fork
   unless ``allow_fork``, no socket family but AF_UNIX and netlink route, no memfd or SysV IPC);
-- **environment**: cleared; PATH, LANG, LC_ALL, HOME=TMPDIR=/tmp only.
+- **environment**: cleared; PATH, LANG, LC_ALL, HOME=TMPDIR=/tmp only, and GLIBC_TUNABLES
+  (:data:`GLIBC_TUNABLES`): ``memory_mb`` is RLIMIT_AS, address space, and glibc reserves address space
+  a program never uses: 64 MiB per extra malloc arena (one per concurrent thread, up to 8 per core) and
+  up to 40 MiB of exited threads' stacks it keeps for reuse. How much depends on how the threads
+  happened to overlap, so a program that fits on one machine failed on another (8 threads, then an
+  80 MiB buffer under ``memory_mb=128``). One arena and no stack cache make ``memory_mb`` count what
+  the program holds.
 
 The probe (:func:`check_probe`, :func:`check_userns_probe`) checks each of these from inside: the
 identity, no-new-privs, no capabilities, the seccomp filter's effects (fork, socket families, memfd,
@@ -220,12 +226,17 @@ def memfd(name: str, data: bytes) -> int:
     return fd
 
 
+GLIBC_TUNABLES = "glibc.malloc.arena_max=1:glibc.pthread.stack_cache_size=0"
+"""glibc's tunables inside the jail: see the module docstring (environment)."""
+
+
 def bwrap_argv(plan: JailPlan, settings: SandboxSettings, fds: JailFds, child_config: str) -> list[str]:
     """The whole command line of one sandboxed run (see the module docstring for what it sets up)."""
     argv = [plan.bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--hostname", "sandbox",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
-            "--setenv", "LC_ALL", "C.UTF-8", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR]
+            "--setenv", "LC_ALL", "C.UTF-8", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
+            "--setenv", "GLIBC_TUNABLES", GLIBC_TUNABLES]
     for path, target in _host_dirs():
         argv += ["--symlink", target, path] if target is not None else ["--ro-bind", path, path]
     for path in plan.python_dirs:
