@@ -1,4 +1,5 @@
-"""Errors of the python sandbox (all derive from :class:`~streamgrpo.rollout.errors.RolloutError`).
+"""Errors of the python sandbox (all derive from :class:`SandboxError`, a :class:`~streamgrpo.errors.StreamGRPOError`;
+the sandbox is its own package and imports nothing of ``rollout``).
 
 A jail that fails at call time is the call's error (the program never runs unjailed); the errors below
 reach callers when the sandbox cannot be built or a call's cgroup cannot be made.
@@ -6,11 +7,10 @@ reach callers when the sandbox cannot be built or a call's cgroup cannot be made
 
 from __future__ import annotations
 
-from streamgrpo.errors import ConfigError
-from streamgrpo.rollout.errors import RolloutError
+from streamgrpo.errors import ConfigError, StreamGRPOError
 
 
-class SandboxError(RolloutError):
+class SandboxError(StreamGRPOError):
     """Base of every sandbox error."""
 
 

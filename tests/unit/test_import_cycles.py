@@ -82,3 +82,13 @@ def test_no_runtime_import_cycle_between_product_modules() -> None:
     graph = {name: runtime_imports(path.read_text(), set(modules)) - {name} for name, path in modules.items()}
     assert "streamgrpo.trainer.loop" in graph and len(graph) > 100
     assert not cycles(graph), f"runtime import cycles: {cycles(graph)}"
+
+
+def test_the_sandbox_package_imports_nothing_of_rollout() -> None:
+    """The python sandbox is its own package (rollout's tool uses it, not the other way round); its errors
+    derive from the root error, not from rollout's."""
+    modules = product_modules()
+    sandbox = {name for name in modules if name.startswith("streamgrpo.sandbox")}
+    assert len(sandbox) > 5
+    reached = {dep for name in sandbox for dep in runtime_imports(modules[name].read_text(), set(modules))}
+    assert not {dep for dep in reached if dep.startswith("streamgrpo.rollout")}, sorted(reached)
