@@ -62,17 +62,18 @@ setup-vllm: $(VLLM_VENV)/.installed ## Optional: the vLLM server in its own .ven
 run: setup ## Set up, then run the whole loop locally (broker, streams, judge, rollout, trainer) for 10 minutes
 	$(BIN)/streamgrpo run --duration $${DURATION:-600}
 
-test: setup ## Fast suite: unit + integration on the embedded broker (no slow end-to-end tests)
-	$(PYTEST) -m "not slow and not chaos" -q
+test: setup ## Fast suite: unit + integration on the embedded broker (no slow end-to-end tests, no long fault-injection tests)
+	$(PYTEST) -m "not slow and not chaos and not fault" -q
 
-test-e2e: setup ## Slow end-to-end tests: SmolLM2, the tiny-model loop, the chaos audit, a real vLLM server (also run by CI; tests marked quarantine excluded)
-	$(PYTEST) -m "slow and not quarantine" -q
+test-e2e: setup ## Slow tests: SmolLM2, the tiny-model loop, the chaos audit, a real vLLM server, the long fault-injection tests (also run by CI; tests marked quarantine excluded)
+	$(PYTEST) -m "(slow or fault) and not quarantine" -q
 
 test-all: test test-e2e ## Both suites
 
 FUZZ_EXAMPLES ?= 1000
-reliability: setup ## Reliability campaign, bounded (~7 min): fuzzing at FUZZ_EXAMPLES examples per property, then the chaos audit (RELIABILITY.md; CI runs it in test-e2e)
+reliability: setup ## Reliability campaign, bounded (~12 min): fuzzing at FUZZ_EXAMPLES examples per property, the long fault-injection tests, then the chaos audit (RELIABILITY.md; CI runs the last two in test-e2e)
 	STREAMGRPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTEST) -q -p no:cacheprovider tests/unit/fuzz
+	$(PYTEST) -q -m "fault and not quarantine"
 	$(PYTEST) -q -m chaos tests/e2e/test_chaos.py
 
 bench: setup ## Benchmarks (codec, broker, streams, generation, rollout, trainer step, search, math judge agreement); results go to BENCHMARKS.md

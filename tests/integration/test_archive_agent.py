@@ -35,6 +35,7 @@ def wait_rows(archive: Path, sql: str, want: list[tuple], worker: WorkerProcess,
     assert rows(archive, sql) == want, worker.log_text()[-3000:]
 
 
+@pytest.mark.fault
 def test_ok_and_error_rewards_archive_and_survive_restarts(kafka_ns: KafkaSettings, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMGRPO_KAFKA__SESSION_TIMEOUT_MS", "3000")  # a killed member leaves the group fast

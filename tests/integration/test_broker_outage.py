@@ -124,6 +124,7 @@ def restored(judge: Judge, broker: EmbeddedBroker, kafka: KafkaSettings, log: li
         judge.proc.send_signal(signal.SIGCONT)
 
 
+@pytest.mark.fault
 def test_a_judge_outlives_its_broker_with_bounded_logs_and_resumes_without_loss_or_repeat(tmp_path: Path) -> None:
     port = free_port()
     first = EmbeddedBroker(tmp_path / "broker1", port=port)

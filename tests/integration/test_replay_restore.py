@@ -42,6 +42,7 @@ def snapshot(kafka: KafkaSettings) -> Snapshot:
     return out
 
 
+@pytest.mark.fault
 def test_restore_after_the_broker_lost_everything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMGRPO_KAFKA__SESSION_TIMEOUT_MS", "3000")
     archive = tmp_path / "archive"

@@ -83,6 +83,7 @@ def completed(task_id: str, rollout: str, source: str = "test") -> R.RolloutComp
                               adapter_version=0, duration_ms=1)
 
 
+@pytest.mark.fault
 def test_sigterm_stops_a_judge_holding_a_rollout_for_its_task(kafka_ns: KafkaSettings, tmp_path: Path) -> None:
     with EventProducer(kafka_ns, "test") as prod:
         prod.send(completed("late", "r-late"))

@@ -55,6 +55,7 @@ def wait_group(kafka: KafkaSettings, name: str, worker: WorkerProcess, timeout_s
     raise AssertionError(f"{name} not fanned out within {timeout_s:.0f} s:\n{worker.log_text()[-4000:]}")
 
 
+@pytest.mark.fault
 def test_a_streams_worker_outlives_its_broker_and_fans_out_after_it_returns(tmp_path: Path) -> None:
     port = free_port()
     first = EmbeddedBroker(tmp_path / "broker1", port=port)

@@ -42,6 +42,7 @@ def _samples(kafka: KafkaSettings) -> list[R.TrainingSample]:
     return [r.event for r in read_topic(kafka, "training-samples", timeout_s=10)]
 
 
+@pytest.mark.fault
 def test_kill_and_restart_yields_one_sample_per_rollout(kafka_ns: KafkaSettings, tmp_path: Path) -> None:
     groups = [synthetic_group(f"task-{i}", [float((i + j) % 3 == 0) + 0.1 * j for j in range(SIZE)],
                               turns=[1 + (i + j) % 4 for j in range(SIZE)]) for i in range(GROUPS)]

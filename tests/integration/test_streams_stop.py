@@ -77,6 +77,7 @@ def sigterm(worker: WorkerProcess) -> float:
     return took if worker.proc.returncode == 0 else float("inf")
 
 
+@pytest.mark.fault
 def test_sigterm_stops_a_back_pressured_fanout_and_the_held_task_is_fanned_out_after_a_restart(
         kafka_ns: KafkaSettings, tmp_path: Path) -> None:
     first = WorkerProcess(kafka_ns, "fanout", tmp_path / "d1", SETTINGS, tmp_path / "w1.log")
@@ -100,6 +101,7 @@ def test_sigterm_stops_a_back_pressured_fanout_and_the_held_task_is_fanned_out_a
     assert took_again < STOP_BOUND_S, second.log_text()[-3000:]
 
 
+@pytest.mark.fault
 def test_a_second_member_joining_a_back_pressured_group_makes_progress(kafka_ns: KafkaSettings,
                                                                        tmp_path: Path) -> None:
     a = WorkerProcess(kafka_ns, "fanout,window", tmp_path / "a", NO_CURRICULUM, tmp_path / "a.log")

@@ -71,6 +71,7 @@ def published(kafka: KafkaSettings) -> list[R.AdapterPublished]:
     return [r.event for r in read_topic(kafka, "adapter-events", timeout_s=10) if isinstance(r.event, R.AdapterPublished)]
 
 
+@pytest.mark.fault
 def test_a_trainer_started_before_its_broker_trains_once_it_is_up_and_waits_again_with_a_stored_adapter(
         tmp_path: Path) -> None:
     model, tok = tiny_model(0)

@@ -75,6 +75,7 @@ def cli_args(kafka, base, run_name):
 LOOP_ENV = {"STREAMGRPO_LOOP__SAMPLES_PER_STEP": "1", "STREAMGRPO_LOOP__MAX_STALENESS": "1000"}
 
 
+@pytest.mark.fault
 def test_sigkilled_trainer_resumes_without_gap_or_overlap(kafka_ns, tiny_base, tmp_path):
     base, model, tok = tiny_base
     n = 40
