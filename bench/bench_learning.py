@@ -4,9 +4,12 @@
     python bench/bench_learning.py 1800 --seeds 2 --set rollout.planner_examples=analysis   # one setting changed
     python bench/bench_learning.py --plot-reports OUT.png REPORT_DIR...       # the plot of earlier runs
 
-Run i (0, 1, 2, ...) sets the trainer's seed to i (`STREAMGRPO_TRAINER__SEED`); `--seeds` names the seeds instead.
-Sampling in the rollout worker is not seeded, so runs differ in their rollouts as well as in their LoRA
-initialisation. `--set SECTION.FIELD=VALUE` changes a setting for every run (as `STREAMGRPO_SECTION__FIELD`);
+Run i (0, 1, 2, ...) sets the trainer's seed and the rollout worker's sampling seed to i
+(`STREAMGRPO_TRAINER__SEED`, `STREAMGRPO_ROLLOUT__SAMPLING_SEED`); `--seeds` names the seeds instead. Each
+planner draw then follows (i, task, attempt, sample, turn), so run i of two arms that differ in one setting
+starts from the same LoRA initialisation and draws the same random numbers for the same task (common random
+numbers: the rollouts diverge only where the arms' policies do). `--set SECTION.FIELD=VALUE` changes a setting
+for every run (as `STREAMGRPO_SECTION__FIELD`; `--set rollout.sampling_seed=...` overrides the sampling seed);
 the result records it under "settings".
 
 Each run is the real loop (embedded broker, streams, judge, one rollout worker, trainer, evaluator) with
@@ -31,8 +34,14 @@ from typing import Any
 
 def one_run(duration_s: int, index: int, settings: dict[str, str] | None = None) -> dict[str, object]:
     home = Path(tempfile.mkdtemp(prefix=f"streamgrpo-learning-{index}-")) / "home"
-    env = {**setting_env(settings or {}), "STREAMGRPO_TRAINER__SEED": str(index)}
-    return {"seed": index, **run_and_summarise(home, duration_s, env)}
+    return {"seed": index, **run_and_summarise(home, duration_s, run_env(index, settings or {}))}
+
+
+def run_env(index: int, settings: dict[str, str]) -> dict[str, str]:
+    """Run ``index``'s environment: trainer seed and rollout sampling seed ``index``, then the ``--set`` settings
+    (which may override the sampling seed, never the trainer seed)."""
+    return {"STREAMGRPO_ROLLOUT__SAMPLING_SEED": str(index), **setting_env(settings),
+            "STREAMGRPO_TRAINER__SEED": str(index)}
 
 
 def setting_env(settings: dict[str, str]) -> dict[str, str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -122,6 +122,7 @@ class PlannerPolicy(ABC):
         adapter_version: int,
         stop: JsonObjectEnd | None = None,
         logits_mask: LogitsMask | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         """Sample one continuation per prompt, in ONE batched call; ``prompts`` may repeat.
 
@@ -129,6 +130,8 @@ class PlannerPolicy(ABC):
         :mod:`.stopping`); ``token_ids``, ``logprobs`` and ``text`` then stop there.
         ``logits_mask``: the per-row allowed-token hook of :mod:`.sampling` (only where
         :attr:`applies_logits_mask`); the logprobs are then those of the masked, renormalised distribution.
+        ``seeds``: one seed per prompt, in place of ``sampling.seed`` (the rollout worker's per-trajectory
+        seeds, :mod:`streamgrpo.rollout.seeding`); each backend says how far it honours them per row.
 
         Raises :class:`~streamgrpo.inference.errors.AdapterNotResidentError` if
         ``adapter_version`` (> 0) is not resident; version 0 is always the base model.

@@ -60,7 +60,7 @@ class EngineRequest:
     top_p: float
     max_new_tokens: int
     eos_ids: frozenset[int]
-    seed: int | None = None
+    seed: int | tuple[int, ...] | None = None  # one per call or one per row (sampling.row_generators)
     adapter_key: Hashable = None  # None: the base model
     adapter: LeanAdapter | None = None
     stop: Callable[[int, int], bool] | None = None

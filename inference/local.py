@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,24 +159,28 @@ class LocalPolicy(PlannerPolicy):
     # -- generation -------------------------------------------------------------------------------
     def generate(
         self, prompts: list[list[int]], sampling: R.SamplingParams, *, adapter_name: str, adapter_version: int,
-        stop: JsonObjectEnd | None = None, logits_mask: LogitsMask | None = None,
+        stop: JsonObjectEnd | None = None, logits_mask: LogitsMask | None = None, seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         """See :meth:`PlannerPolicy.generate`; ``logits_mask`` is the per-row constraint hook of
-        :mod:`.sampling` (recorded logprobs are then those of the masked, renormalised distribution)."""
+        :mod:`.sampling` (recorded logprobs are then those of the masked, renormalised distribution);
+        ``seeds``: row ``i`` draws from its own generator seeded ``seeds[i]`` (both engines)."""
         if not prompts:
             return []
         if sampling.max_new_tokens < 1:
             raise PolicyError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+        if seeds is not None and len(seeds) != len(prompts):
+            raise PolicyError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        seed: int | tuple[int, ...] | None = tuple(seeds) if seeds is not None else sampling.seed
         start = time.perf_counter()
         self._slots.pin(adapter_name, adapter_version)  # raises AdapterNotResidentError
         try:
             lean = self._fast_adapter(adapter_name, adapter_version)
             if lean is False:
                 with self._lock:
-                    sampled = self._sample(prompts, sampling, adapter_name, adapter_version, stop, logits_mask)
+                    sampled = self._sample(prompts, sampling, adapter_name, adapter_version, stop, logits_mask, seed)
             else:
                 sampled = self._sample_fast(prompts, sampling, (adapter_name, adapter_version), lean, stop,
-                                            logits_mask)
+                                            logits_mask, seed)
         finally:
             self._slots.unpin(adapter_name, adapter_version)
         latency = int((time.perf_counter() - start) * 1000)
@@ -198,20 +202,21 @@ class LocalPolicy(PlannerPolicy):
 
     def _sample_fast(self, prompts: list[list[int]], sampling: R.SamplingParams, key: tuple[str, int],
                      lean: LeanAdapter | None, stop: JsonObjectEnd | None, logits_mask: LogitsMask | None,
-                     ) -> list[Sampled]:
+                     seed: int | tuple[int, ...] | None) -> list[Sampled]:
         assert self._fast is not None
         request = EngineRequest(
             prompts=[list(p) for p in prompts], temperature=sampling.temperature, top_p=sampling.top_p,
-            max_new_tokens=sampling.max_new_tokens, eos_ids=frozenset(self.eos_ids), seed=sampling.seed,
+            max_new_tokens=sampling.max_new_tokens, eos_ids=frozenset(self.eos_ids), seed=seed,
             adapter_key=None if lean is None else key, adapter=lean,
             stop=self._stop_callback(stop, len(prompts)), logits_mask=logits_mask)
         return self._fast.generate(request)
 
     def _sample(self, prompts: list[list[int]], sampling: R.SamplingParams, name: str, version: int,
-                stop: JsonObjectEnd | None, logits_mask: LogitsMask | None = None) -> list[Any]:
+                stop: JsonObjectEnd | None, logits_mask: LogitsMask | None = None,
+                seed: int | tuple[int, ...] | None = None) -> list[Any]:
         kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p,
                       max_new_tokens=sampling.max_new_tokens, eos_ids=self.eos_ids, pad_id=self.pad_id,
-                      seed=sampling.seed, device=self.device, stop=self._stop_callback(stop, len(prompts)),
+                      seed=seed, device=self.device, stop=self._stop_callback(stop, len(prompts)),
                       share_prefill=self.share_prefill, logits_mask=logits_mask)
         if version == BASE_VERSION:
             if self._peft is None:

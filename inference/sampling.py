@@ -87,14 +87,24 @@ def nucleus_filter(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
 Generators = Sequence[torch.Generator] | torch.Generator | None
 
 
-def row_generators(seed: int | None, rows: int) -> list[torch.Generator] | None:
-    """Row ``i`` of a call seeded ``seed`` draws from its own CPU generator (None: torch's global RNG).
+#: A call's seed: one for the call (row ``i`` derives its own from it), one per row, or None (unseeded).
+Seed = int | Sequence[int] | None
 
+
+def row_generators(seed: Seed, rows: int) -> list[torch.Generator] | None:
+    """Row ``i`` of a seeded call draws from its own CPU generator (None: torch's global RNG).
+
+    ``seed`` an int: row ``i``'s generator is seeded from ``(seed, i)``; a sequence: row ``i``'s is seeded
+    with ``seed[i]`` (one per row, e.g. the rollout worker's per-trajectory seeds, :mod:`streamgrpo.rollout.seeding`).
     A row's samples then depend only on its own distributions: not on which other rows share the
     step, stop earlier, or are batched with another call -- and both engines draw the same way.
     """
     if seed is None:
         return None
+    if not isinstance(seed, int):
+        if len(seed) != rows:
+            raise ValueError(f"{len(seed)} seeds for {rows} rows")
+        return [torch.Generator().manual_seed(int(s) % (1 << 63)) for s in seed]
     return [torch.Generator().manual_seed((seed * 0x9E3779B97F4A7C15 + row) % (1 << 63)) for row in range(rows)]
 
 
@@ -148,7 +158,7 @@ def sample_batch(
     max_new_tokens: int,
     eos_ids: set[int],
     pad_id: int,
-    seed: int | None = None,
+    seed: Seed = None,
     device: torch.device | str = "cpu",
     stop: Callable[[int, int], bool] | None = None,
     share_prefill: bool = True,
@@ -159,7 +169,7 @@ def sample_batch(
     ``model`` is any causal LM taking ``input_ids (B, t)``, ``attention_mask (B, T_past + t)``,
     ``position_ids (B, t)`` and ``past_key_values``; rows stop at their first EOS, or after the token
     for which ``stop(row, token)`` returns True (that token is kept). ``share_prefill``: prefill each
-    distinct prompt once (see :func:`prefill`).
+    distinct prompt once (see :func:`prefill`). ``seed``: see :func:`row_generators`.
     """
     generator = row_generators(seed, len(prompts))
     batch = len(prompts)

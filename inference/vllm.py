@@ -48,16 +48,29 @@ a mask, and ``constrain = "auto"`` samples vLLM replies freely (recorded with ``
 vLLM's own guided decoding (``structured_outputs``) is not wired: whether its processed logprobs
 are those of the grammar-masked distribution is unverified here.
 
-Not covered: streaming, per-row seeds, prompt logprobs, multi-LoRA batches in one request,
+Seeds: vLLM takes ONE ``seed`` per HTTP request. ``sampling.seed`` is sent as it is; per-row ``seeds``
+(the rollout worker's ``[rollout] sampling_seed``, :mod:`streamgrpo.rollout.seeding`) become one seed per
+HTTP request, a blake2b hash of its rows' seeds in order (:func:`request_seed`). Reproducible: the same
+call -- same rows with the same seeds, so the same prompts, repeat counts and adapter -- sends the same
+request and seed, and vLLM then samples the same (as far as its kernels are deterministic under the
+server's other load, which vLLM does not promise by default). Not reproducible per row: a group's
+first-turn prompt goes out once with ``n`` = its size, and later turns batch several prompts in one
+request, so a sample's draws depend on which other rows share its request (a sample that stops earlier,
+or another group in the same call, changes them). The local policy honours the seeds row by row.
+
+Not covered: streaming, vLLM-side per-row seeds, prompt logprobs, multi-LoRA batches in one request,
 re-verifying an adapter's sha256 when it is reloaded after a server restart (the store's versions
 are immutable; the follower verified it before the first load).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,6 +192,12 @@ def plan_requests(prompts: list[list[int]]) -> list[tuple[list[list[int]], int, 
     return [([list(k) for k in keys], n, [rows[k] for k in keys]) for n, keys in by_count.items()]
 
 
+def request_seed(row_seeds: Sequence[int]) -> int:
+    """One vLLM ``seed`` (a non-negative int64) for a request carrying rows seeded ``row_seeds``, in order."""
+    digest = hashlib.blake2b(",".join(str(int(s)) for s in row_seeds).encode("ascii"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
+
+
 class VLLMPolicy(PlannerPolicy):
     """:class:`PlannerPolicy` over a vLLM OpenAI-compatible server (see module docstring)."""
 
@@ -272,10 +291,13 @@ class VLLMPolicy(PlannerPolicy):
 
     def generate(self, prompts: list[list[int]], sampling: R.SamplingParams, *, adapter_name: str,
                  adapter_version: int, stop: JsonObjectEnd | None = None,
-                 logits_mask: LogitsMask | None = None) -> list[Generation]:
+                 logits_mask: LogitsMask | None = None, seeds: Sequence[int] | None = None) -> list[Generation]:
+        """See :meth:`PlannerPolicy.generate`; ``seeds``: one seed per HTTP request (module docstring)."""
         if logits_mask is not None:
             raise PolicyError("the vLLM policy cannot apply a logits mask (grammar-constrained decoding); "
                               "set [rollout] constrain to 'auto' or 'off'")
+        if seeds is not None and len(seeds) != len(prompts):
+            raise PolicyError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         if not prompts:
             return []
         if sampling.top_p < 1.0 and not self._warned_top_p:
@@ -287,7 +309,9 @@ class VLLMPolicy(PlannerPolicy):
         try:
             results: dict[int, tuple[str, list[int], list[float]]] = {}
             for distinct, n, rows in plan_requests(prompts):
-                choices = self._complete_resident(adapter_name, adapter_version, distinct, n, sampling)
+                sent = sampling if seeds is None else dataclasses.replace(
+                    sampling, seed=request_seed([seeds[row] for row_ids in rows for row in row_ids]))
+                choices = self._complete_resident(adapter_name, adapter_version, distinct, n, sent)
                 for p_idx, row_ids in enumerate(rows):
                     for j, row in enumerate(row_ids):
                         results[row] = parse_choice(choices[p_idx * n + j], stop, self.tokenizer)

@@ -139,6 +139,14 @@ class RolloutConfig(StrictModel):
     top_p: float = Field(1.0, gt=0, le=1, description="Planner nucleus mass of `ask`.")
     max_new_tokens: int = Field(64, ge=8, le=4096, description="Planner tokens per action in `ask`.")
     seed: int | None = Field(None, description="Sampling seed of `ask` (unset: random).")
+    sampling_seed: int | None = Field(
+        None, ge=0, lt=1 << 63, description="Seed of the worker's planner sampling. Set: every planner reply "
+        "draws from its own seed, a blake2b hash of (this seed, the task's source, question and attempt, the "
+        "sample's index in the group, the turn, the role), recorded as PlannerAction.sampling.seed -- the same "
+        "task gives the same trajectories under the same adapter, and two runs that differ in one setting draw "
+        "the same numbers (paired arms; bench/bench_learning.py sets it to run i's seed). Unset (default): "
+        "unseeded, so independent runs are independent replications. vLLM honours it per HTTP request only "
+        "(inference/vllm.py).")
     # -- worker -----------------------------------------------------------------------------------
     concurrency: int = Field(4, ge=1, le=256, description="Groups run at once by one worker (each in a thread; with "
                              "the fast local engine their planner calls share one decode batch). More groups keep the "

@@ -3,7 +3,9 @@
 Per group: (0) the question is analysed ONCE (skills, useful tools; not trained, see
 :mod:`~streamgrpo.rollout.roles.analyser`); then per turn, for every still-active trajectory:
 (1) the planner picks one tool + input, or answers -- all active trajectories' planner prompts go
-into ONE ``policy.generate`` call (per adapter version and sampling setting; a group has one);
+into ONE ``policy.generate`` call (per adapter version and sampling setting; a group has one); under
+``[rollout] sampling_seed`` each row of it draws from its trajectory's own seed (:mod:`.seeding`), recorded
+as ``PlannerAction.sampling.seed``;
 (2) the executor turns the step into a tool command, (3) the tool runs, (4) the verifier decides
 stop/continue; on stop or at ``max_turns`` (5) the synthesiser writes the final answer.
 
@@ -45,6 +47,7 @@ from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.inference.base import Generation, PlannerPolicy
 from streamgrpo.inference.stopping import JsonObjectEnd
+from streamgrpo.rollout import seeding
 from streamgrpo.rollout.roles import planner
 from streamgrpo.rollout.roles.analyser import Analyser, RuleAnalyser
 from streamgrpo.rollout.roles.executor import Executor, PassthroughExecutor, tool_example, unknown_tool
@@ -93,6 +96,8 @@ class LoopContext:
     planner_examples: str = "fixed"  # [rollout] planner_examples: which worked example the planner's prompt shows
     #: The reply of turn ``max_turns`` must be an answer (constrained where a grammar applies; asked for always).
     answer_at_last_turn: bool = True
+    #: ``[rollout] sampling_seed``: each planner draw is seeded per trajectory and turn (:mod:`.seeding`); None: unseeded.
+    sampling_seed: int | None = None
 
     def example_key(self, analysis: QueryAnalysis | None) -> str:
         """The key of :data:`planner.EXAMPLES` a planner prompt shows for ``analysis`` (the one place both the prompt
@@ -104,6 +109,12 @@ class LoopContext:
         if self.constraint is None:
             return None
         return self.constraint.with_answer_turn(request.max_turns if self.answer_at_last_turn else 0)
+
+    def seed_for(self, request: R.RolloutRequest, turn: int) -> int | None:
+        """The seed of ``request``'s planner reply at ``turn``, or None: unseeded (the request's own ``sampling.seed``)."""
+        if self.sampling_seed is None:
+            return None
+        return seeding.draw_seed(self.sampling_seed, request, turn, planner.ROLE)
 
     def final_turn(self, request: R.RolloutRequest, turn: int) -> bool:
         """Whether the reply of ``turn`` must answer."""
@@ -243,7 +254,11 @@ def _plan_turn(
             prompts = [_prompt_ids(t, ctx, tool_lines, final) for t in trajs]
             stop = JsonObjectEnd(effective_prefix(ctx)) if ctx.stop_at_json_end else None
             grammar = ctx.grammar_for(trajs[0].request)
-            extra = {"logits_mask": grammar.logits_mask(len(prompts), turn)} if grammar is not None else {}
+            extra: dict[str, Any] = {}
+            if grammar is not None:
+                extra["logits_mask"] = grammar.logits_mask(len(prompts), turn)
+            if ctx.sampling_seed is not None:  # one seed per row: a draw never depends on the call's other rows
+                extra["seeds"] = [ctx.seed_for(t.request, turn) for t in trajs]
             gens = ctx.policy.generate(prompts, sampling, adapter_name=name, adapter_version=version, stop=stop,
                                        **extra)
         except MODEL_ERRORS as exc:
@@ -265,7 +280,7 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
     sink(R.PlannerAction(
         envelope=traj.envelope(ctx.service, "planner_action", turn), prompt_token_ids=list(gen.prompt_token_ids),
         action_text=gen.text, action_token_ids=list(gen.token_ids), behaviour_logprobs=list(gen.logprobs),
-        adapter_name=gen.adapter_name, adapter_version=gen.adapter_version, sampling=applied_sampling(req, ctx),
+        adapter_name=gen.adapter_name, adapter_version=gen.adapter_version, sampling=applied_sampling(req, ctx, turn),
         parse_status=parsed.status, prompt_hash=planner.EXAMPLE_HASHES[ctx.example_key(traj.analysis)],
         latency_ms=gen.latency_ms, engine=gen.engine,
         tool=step.tool if step is not None else None, is_final=bool(step is not None and step.is_final),
@@ -297,13 +312,15 @@ def _count_action(gen: Generation, status: R.ParseStatus) -> None:
     m.observe(metrics.PLANNER_DURATION, gen.latency_ms / 1000)
 
 
-def applied_sampling(req: R.RolloutRequest, ctx: LoopContext) -> R.SamplingParams:
-    """The request's sampling parameters with ``constraint`` = the grammar actually applied (None: none)."""
+def applied_sampling(req: R.RolloutRequest, ctx: LoopContext, turn: int | None = None) -> R.SamplingParams:
+    """The request's sampling parameters with ``constraint`` = the grammar actually applied (None: none) and,
+    under ``sampling_seed``, ``seed`` = the seed ``turn``'s reply drew from (:meth:`LoopContext.seed_for`)."""
     grammar = ctx.grammar_for(req)
     constraint = grammar.descriptor if grammar is not None else None
-    if req.sampling.constraint == constraint:
+    seed = ctx.seed_for(req, turn) if turn is not None and ctx.sampling_seed is not None else req.sampling.seed
+    if req.sampling.constraint == constraint and req.sampling.seed == seed:
         return req.sampling
-    return dataclasses.replace(req.sampling, constraint=constraint)
+    return dataclasses.replace(req.sampling, constraint=constraint, seed=seed)
 
 
 def _execute(traj: _Trajectory, step: Any, ctx: LoopContext) -> Observation:

@@ -136,7 +136,7 @@ def build_context(cfg: RolloutConfig, policy: PlannerPolicy, text_model: TextMod
         observation_clip=cfg.observation_clip, response_prefix=cfg.response_prefix,
         stop_at_json_end=cfg.stop_at_json_end, answer_in_call=cfg.answer_in_call,
         planner_examples=cfg.planner_examples,
-        answer_at_last_turn=cfg.answer_at_last_turn,
+        answer_at_last_turn=cfg.answer_at_last_turn, sampling_seed=cfg.sampling_seed,
     )
     ctx.constraint = build_constraint(cfg.constrain, ctx)
     return ctx

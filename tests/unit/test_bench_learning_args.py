@@ -33,3 +33,12 @@ def test_a_set_setting_reaches_the_config_the_run_reads():
 def test_a_malformed_setting_is_refused_with_the_form_to_write(key):
     with pytest.raises(ValueError, match="SECTION.FIELD=VALUE"):
         _bench().setting_env({key: "x"})
+
+
+def test_run_i_seeds_the_trainer_and_the_rollout_sampling_with_i_and_set_may_override_the_sampling_seed():
+    bench = _bench()
+    env = bench.run_env(3, {"rollout.planner_examples": "analysis"})
+    assert config.load(RolloutConfig, "rollout", environ=env).sampling_seed == 3
+    assert config.load(TrainerConfig, "trainer", environ=env).seed == 3
+    override = bench.run_env(3, {"rollout.sampling_seed": "7"})
+    assert config.load(RolloutConfig, "rollout", environ=override).sampling_seed == 7

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
-from streamgrpo.inference.sampling import behaviour_logprobs, left_pad, nucleus_filter, sample_step
+from streamgrpo.inference.sampling import (
+    behaviour_logprobs,
+    left_pad,
+    nucleus_filter,
+    row_generators,
+    sample_step,
+)
 
 
 def test_left_pad_masks_padding_and_counts_positions_from_first_real_token() -> None:
@@ -95,3 +102,16 @@ def test_a_row_whose_mask_allows_nothing_is_an_error_not_a_silent_sample() -> No
     allowed = torch.tensor([[True, False, False, False], [False, False, False, False]])
     with pytest.raises(ValueError, match="allows no token"):
         sample_step(logits, 1.0, 1.0, None, allowed)
+
+
+def test_per_row_seeds_give_each_row_the_generator_of_its_own_seed() -> None:
+    """A row seeded s draws what a lone row seeded s draws, wherever it sits; a call-level seed differs per row."""
+    def first(gens: list[torch.Generator] | None) -> list[float]:
+        assert gens is not None
+        return [torch.rand(1, generator=g, dtype=torch.float64).item() for g in gens]
+
+    assert first(row_generators([7, 8], 2)) == [first(row_generators([7], 1))[0], first(row_generators([8], 1))[0]]
+    assert first(row_generators([8, 7], 2)) == first(row_generators([7, 8], 2))[::-1]
+    assert len(set(first(row_generators(7, 3)))) == 3 and row_generators(None, 3) is None
+    with pytest.raises(ValueError, match="2 seeds for 3 rows"):
+        row_generators([1, 2], 3)

@@ -25,7 +25,7 @@ from streamgrpo.inference.errors import (
 )
 from streamgrpo.inference.openai_text import OpenAITextModel
 from streamgrpo.inference.stopping import JsonObjectEnd
-from streamgrpo.inference.vllm import VLLMPolicy
+from streamgrpo.inference.vllm import VLLMPolicy, request_seed
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 BASE = "smollm2-135m-instruct"  # the served name in the captured payloads
@@ -311,3 +311,18 @@ def test_a_500_on_load_is_a_final_refusal_not_retried(server: FakeVLLM) -> None:
     server.routes["/v1/load_lora_adapter"] = [(503, {"detail": "busy"}, 0.0), answer("load_lora_adapter_ok")]
     pol.load_adapter("planner", 4, Path("/store/planner/v4"))  # a gateway error is retried
     assert pol.resident_versions("planner") == [4]
+
+
+def test_row_seeds_become_one_seed_per_http_request_the_same_for_the_same_rows(server: FakeVLLM) -> None:
+    """vLLM takes one seed per request: the rows' seeds are hashed into it (reproducible per call, not per row)."""
+    fx = fixture("completions_group_n4")
+    server.routes["/v1/completions"] = [answer("completions_group_n4")]
+    prompt, pol = fx["request"]["prompt"], policy(server)
+    sampling = R.SamplingParams(temperature=1.0, max_new_tokens=4)
+    for seeds in ([11, 12, 13, 14], [11, 12, 13, 14], [11, 12, 13, 15]):
+        pol.generate([prompt] * 4, sampling, adapter_name="planner", adapter_version=0, seeds=seeds)
+    sent = [body for _, body, _ in server.requests]
+    assert sent[0] == {**fx["request"], "seed": request_seed([11, 12, 13, 14])}
+    assert sent[1]["seed"] == sent[0]["seed"] != sent[2]["seed"]
+    with pytest.raises(PolicyError, match="3 seeds for 4 prompts"):
+        pol.generate([prompt] * 4, sampling, adapter_name="planner", adapter_version=0, seeds=[1, 2, 3])
