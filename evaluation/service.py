@@ -1,13 +1,15 @@
 """The evaluator in the loop (``streamgrpo evaluator``): held-out accuracy of each new adapter version.
 
-It follows ``adapter-events``; when a version is published (every ``every``-th one, and the base
+It follows ``adapter-events`` and ``evaluations`` with one log follower for its lifetime (read from the
+beginning once, then only new records; a broker that does not answer at start is waited for, one that goes
+away later is ridden out); when a version is published (every ``every``-th one, and the base
 model once at start) it loads the announced files -- only from the adapter store (``[loop]
 adapter_store``) and only if their sha256 matches the event; any other version is logged as skipped
 with the reason and never evaluated --, evaluates the agent as served on a FIXED held-out sample (the
 first ``limit`` tasks of ``tasks``, greedy), and publishes an ``EvaluationCompleted`` (trigger ``run-evaluator``). When versions come
 faster than it evaluates, it takes the NEWEST pending one, so the curve stays current instead of
-falling behind. Versions already evaluated on the same task set (read back from ``evaluations`` at
-start) are not evaluated again, so a restarted evaluator resumes.
+falling behind. Versions already evaluated on the same task set by an evaluator (read back from ``evaluations``: at
+start, and as they come) are not evaluated again, so a restarted evaluator resumes.
 
 Cost on a small machine: the evaluator runs at a lower CPU priority (``nice``) than the rollout
 workers and the trainer, on a small sample; BENCHMARKS.md measures what it costs the loop.
@@ -18,6 +20,7 @@ alike), sampling-based evaluation in the loop (``streamgrpo eval --samples`` doe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -92,36 +95,129 @@ class Evaluator:
         return run.run.event(self.session.judge.info, trigger="run-evaluator", service="evaluator")
 
 
+class Announcements:
+    """A fold of ``adapter-events`` and ``evaluations`` for the evaluator: the announced versions of one adapter and
+    the evaluations not yet handed over. The follower's thread applies events; the evaluator's thread reads."""
+
+    def __init__(self, adapter_name: str) -> None:
+        self.adapter_name = adapter_name
+        self._lock = threading.Lock()
+        self._published: dict[int, R.AdapterPublished] = {}
+        self._evaluations: list[R.EvaluationCompleted] = []
+
+    def apply(self, event: R.Event) -> None:
+        with self._lock:
+            if isinstance(event, R.AdapterPublished) and event.adapter_name == self.adapter_name:
+                self._published[event.version] = event
+            elif isinstance(event, R.EvaluationCompleted):
+                self._evaluations.append(event)
+
+    def published(self) -> dict[int, R.AdapterPublished]:
+        """The AdapterPublished events of the adapter by version (a copy)."""
+        with self._lock:
+            return dict(self._published)
+
+    def take_evaluations(self) -> list[R.EvaluationCompleted]:
+        """The evaluations folded since the last call."""
+        with self._lock:
+            taken, self._evaluations = self._evaluations, []
+            return taken
+
+
+class AnnouncementFollower:
+    """One :class:`~streamgrpo.topics.follow.LogFollower` over ``adapter-events`` and ``evaluations`` for the
+    evaluator's lifetime, in a daemon thread: it reads both topics from the beginning once, then only new
+    records. It waits for a broker that does not answer at start and rides out one that goes away later."""
+
+    TOPICS = (catalog.ADAPTER_EVENTS, catalog.EVALUATIONS)
+
+    def __init__(self, kafka: Any, fold: Announcements) -> None:
+        from streamgrpo.topics.follow import LogFollower, fold_events
+
+        self.fold = fold
+        self.reader = LogFollower(kafka, self.TOPICS, fold_events(fold.apply))
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="evaluator-follower", daemon=True)
+
+    def _run(self) -> None:
+        from aiokafka.errors import KafkaError
+
+        try:
+            asyncio.run(self.reader.run(self._stop))
+        except (StreamGRPOError, KafkaError) as exc:  # raised in the evaluator's thread by check()
+            self._error = exc
+
+    def start(self) -> AnnouncementFollower:
+        self._thread.start()
+        return self
+
+    def caught_up(self, timeout_s: float) -> bool:
+        """Whether every record present at start was folded (waits up to ``timeout_s``)."""
+        return self.reader.wait_caught_up(timeout_s)
+
+    def check(self) -> None:
+        """Raise a TopicsError if the follower stopped by itself (a missing topic, a broker error)."""
+        if not self._thread.is_alive() and not self._stop.is_set():
+            from streamgrpo.topics.errors import TopicsError
+
+            raise TopicsError(f"evaluator: following {list(self.TOPICS)} stopped: {self._error or 'see the log'}")
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+
 def serve(settings: EvaluatorSettings, session: Any, stop: threading.Event) -> None:
     """The evaluator loop until ``stop`` (see module docstring)."""
-    from streamgrpo.evaluation.adapters import published as published_versions
-    from streamgrpo.topics.follow import read_topic
     from streamgrpo.topics.producer import EventProducer
 
     if settings.nice:
         os.nice(settings.nice)
     rows = session.load_tasks(settings.tasks)
     evaluator = Evaluator(settings, session, rows)
-    evaluator.note_existing([r.event for r in read_topic(session.kafka, catalog.EVALUATIONS) if r.event is not None])
-    log.info("evaluator: %d held-out tasks (%s, hash %s); already evaluated: %s", len(evaluator.rows),
-             settings.tasks, evaluator.task_hash, sorted(evaluator.done) or "none")
-    with EventProducer(session.kafka, "evaluator") as producer:
-        while not stop.is_set():
-            heartbeat.beat()
-            events = [r.event for r in read_topic(session.kafka, catalog.ADAPTER_EVENTS) if r.event is not None]
-            published = published_versions(events, session.loop.adapter_name)
-            version = evaluator.pending(published)
-            if version is None:
-                stop.wait(settings.poll_s)
-                continue
-            started = time.monotonic()
-            try:
-                event = evaluator.evaluate(version, published)
-            except StreamGRPOError as exc:  # a version that does not verify (sha256, outside the store) is reported
-                log.error("evaluator: v%d skipped: %s", version, exc)
-                evaluator.done.add(version)
-                continue
-            producer.send(event)
-            producer.flush()
-            log.info("evaluator: %s@v%d accuracy %.3f [%.3f, %.3f] on %d tasks in %.0f s", event.adapter_name,
-                     version, event.accuracy, event.ci_low, event.ci_high, event.tasks, time.monotonic() - started)
+    follower = AnnouncementFollower(session.kafka, Announcements(session.loop.adapter_name)).start()
+    try:
+        with EventProducer(session.kafka, "evaluator") as producer:
+            if _wait_caught_up(follower, settings, stop):
+                evaluator.note_existing(follower.fold.take_evaluations())
+                log.info("evaluator: %d held-out tasks (%s, hash %s); already evaluated: %s", len(evaluator.rows),
+                         settings.tasks, evaluator.task_hash, sorted(evaluator.done) or "none")
+                _evaluate_until(stop, settings, evaluator, follower, producer)
+    finally:
+        follower.close()
+
+
+def _wait_caught_up(follower: AnnouncementFollower, settings: EvaluatorSettings, stop: threading.Event) -> bool:
+    """Wait until the follower folded the history (True), or ``stop`` (False); alive meanwhile."""
+    while not stop.is_set():
+        heartbeat.beat()
+        follower.check()
+        if follower.caught_up(min(settings.poll_s, 1.0)):
+            return True
+    return False
+
+
+def _evaluate_until(stop: threading.Event, settings: EvaluatorSettings, evaluator: Evaluator,
+                    follower: AnnouncementFollower, producer: Any) -> None:
+    while not stop.is_set():
+        heartbeat.beat()
+        follower.check()
+        evaluator.note_existing(follower.fold.take_evaluations())  # e.g. another evaluator's, or our own
+        published = follower.fold.published()
+        version = evaluator.pending(published)
+        if version is None:
+            stop.wait(settings.poll_s)
+            continue
+        started = time.monotonic()
+        try:
+            event = evaluator.evaluate(version, published)
+        except StreamGRPOError as exc:  # a version that does not verify (sha256, outside the store) is reported
+            log.error("evaluator: v%d skipped: %s", version, exc)
+            evaluator.done.add(version)
+            continue
+        producer.send(event)
+        producer.flush()
+        log.info("evaluator: %s@v%d accuracy %.3f [%.3f, %.3f] on %d tasks in %.0f s", event.adapter_name,
+                 version, event.accuracy, event.ci_low, event.ci_high, event.tasks, time.monotonic() - started)

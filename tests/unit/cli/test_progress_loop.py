@@ -108,7 +108,7 @@ def test_collapse_alarm_reaches_the_progress_line_and_the_report() -> None:
 
 
 def test_the_report_states_the_heldout_change_with_its_ci_overall_and_per_kind() -> None:
-    from streamgrpo.cli.run import heldout_change
+    from streamgrpo.cli.report import heldout_change
     from streamgrpo.evaluation.core import Outcome
 
     def outcomes(correct: list[bool]) -> list[Outcome]:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from streamgrpo.cli.progress import Progress
-from streamgrpo.cli.run import write_report
+from streamgrpo.cli.report import write_report
 from streamgrpo.cli.supervision import broker_death
 
 

@@ -117,7 +117,7 @@ def test_the_curriculum_requeues_a_control_arm_task_as_one_with_signal() -> None
 
 def test_the_run_report_counts_the_control_arm_apart_from_trained_and_stale_samples() -> None:
     from streamgrpo.cli.progress import Progress
-    from streamgrpo.cli.run import _loop_lines
+    from streamgrpo.cli.report import _loop_lines
 
     progress = Progress()
     progress.apply(closed_event(False, pacing.CONTROL_ARM, task_id="a"))
