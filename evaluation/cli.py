@@ -172,7 +172,7 @@ def render(runs: list[Any], fmt: str) -> str:
 def evaluator_command(ctx: click.Context, bootstrap: str | None) -> None:
     """Evaluate every newly published adapter version on a fixed held-out sample and publish the results
     (EvaluationCompleted on `evaluations`); `streamgrpo run` starts it. Settings: [evaluator]
-    (tasks, limit, every, include_base, batch_size, idle, nice, poll_s, metrics_port), and the agent's [rollout] / [loop]."""
+    (tasks, limit, every, include_base, batch_size, nice, poll_s, metrics_port), and the agent's [rollout] / [loop]."""
     import signal
     import threading
 

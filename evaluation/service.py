@@ -11,11 +11,8 @@ faster than it evaluates, it takes the NEWEST pending one, so the curve stays cu
 falling behind. Versions already evaluated on the same task set by an evaluator (read back from ``evaluations``: at
 start, and as they come) are not evaluated again, so a restarted evaluator resumes.
 
-Cost on a small machine: by default the evaluator runs under Linux's SCHED_IDLE (``idle``), so it takes only
-CPU time the rollout workers, the judge and the trainer leave unused, and never slows the loop; on a busy
-machine a curve point comes later (it evaluates the newest pending version when it gets the CPU). With
-``idle = false``, or where SCHED_IDLE cannot be set (a WARNING says so), it runs at niceness ``nice``, which
-on 2 cores still took about a quarter of the loop's rollouts (docs/learning.md).
+Cost on a small machine: the evaluator runs at a lower CPU priority (``nice``) than the rollout
+workers and the trainer, on a small sample; BENCHMARKS.md measures what it costs the loop.
 
 What is not covered: evaluating canaries differently from other versions (every version is treated
 alike), sampling-based evaluation in the loop (``streamgrpo eval --samples`` does that on demand).
@@ -53,12 +50,8 @@ class EvaluatorSettings(StrictModel):
                        "one is taken when versions come faster than evaluations).")
     include_base: bool = Field(True, description="Evaluate the base model (v0) once, as the reference.")
     batch_size: int = Field(16, ge=1, le=512, description="Tasks run at once.")
-    idle: bool = Field(True, description="Run the evaluator under Linux's SCHED_IDLE: only CPU time no other "
-                       "process wants, so it never slows the loop (curve points may come later on a busy machine). "
-                       "false: niceness `nice` only.")
     nice: int = Field(10, ge=0, le=19, description="CPU niceness of the evaluator process (the loop's rollout "
-                      "workers and trainer come first); applies under `idle` too, and alone where SCHED_IDLE "
-                      "cannot be set.")
+                      "workers and trainer come first).")
     poll_s: float = Field(2.0, gt=0, le=300, description=f"How often {catalog.ADAPTER_EVENTS} is checked for new "
                           "versions.")
     metrics_port: int = Field(9465, ge=0, le=65535, description="Port of the evaluator's Prometheus /metrics and "
@@ -176,29 +169,12 @@ class AnnouncementFollower:
             self._thread.join(timeout_s)
 
 
-def lower_priority(settings: EvaluatorSettings) -> str:
-    """Lower this process's CPU priority as ``settings`` say (``nice``, then SCHED_IDLE under ``idle``); returns
-    what was applied. A SCHED_IDLE that cannot be set is a WARNING, and ``nice`` still holds."""
-    if settings.nice:
-        os.nice(settings.nice)
-    applied = f"nice {os.nice(0)}"
-    if not settings.idle:
-        return applied
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError) as exc:  # not Linux, or a seccomp/container policy refuses it
-        log.warning("evaluator: SCHED_IDLE could not be set (%s); it runs at %s and takes CPU from the loop. "
-                    "Set [evaluator] idle = false to silence this.", exc, applied)
-        return applied
-    log.info("evaluator: SCHED_IDLE (only CPU time the loop leaves unused), %s", applied)
-    return f"SCHED_IDLE, {applied}"
-
-
 def serve(settings: EvaluatorSettings, session: Any, stop: threading.Event) -> None:
     """The evaluator loop until ``stop`` (see module docstring)."""
     from streamgrpo.topics.producer import EventProducer
 
-    lower_priority(settings)
+    if settings.nice:
+        os.nice(settings.nice)
     rows = session.load_tasks(settings.tasks)
     evaluator = Evaluator(settings, session, rows)
     follower = AnnouncementFollower(session.kafka, Announcements(session.loop.adapter_name)).start()
