@@ -5,7 +5,7 @@ redelivered input yields the same id and a consumer drops the duplicate by id. O
 kind; the kind strings are part of the contract (changing one changes every id of that kind, so
 replayed and live events would no longer deduplicate against each other).
 
-- groups and rollouts: :func:`group_id` (a task and its retry ``attempt``), :func:`rollout_id`
+- groups and rollouts: :func:`group_id` (a task and its retry ``attempt``, read by :func:`attempt_of`), :func:`rollout_id`
   (rollout ``i`` of group ``g`` is always ``rollout_id(g, i)``; the window lists missing rollouts
   with it);
 - events derived by the stream processors: :func:`request_event_id`, :func:`group_closed_id`,
@@ -28,6 +28,7 @@ RewardMetrics window) are random UUIDs from :meth:`~streamgrpo.avro.records.Enve
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 
 _NAMESPACE = uuid.UUID("6f1c1d2e-6a7b-4a53-9a58-3d8e5e0c7f10")
 
@@ -38,6 +39,15 @@ ROLLOUT_EVENT_KINDS = frozenset({"planner_action", "tool_observation", "verdict"
 def derived_id(kind: str, *parts: object) -> str:
     """Deterministic UUID (v5) of ``kind`` and its inputs (the primitive behind every function here)."""
     return str(uuid.uuid5(_NAMESPACE, kind + "|" + "|".join(str(p) for p in parts)))
+
+
+def attempt_of(metadata: Mapping[str, str]) -> int:
+    """A task's retry ``attempt`` from its (or its requests') ``metadata["attempt"]``, the curriculum's group count
+    that :func:`group_id` takes; 0 when absent or not a number."""
+    try:
+        return int(metadata.get("attempt", "0"))
+    except ValueError:
+        return 0
 
 
 def group_id(task_id: str, attempt: int = 0) -> str:

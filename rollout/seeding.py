@@ -22,23 +22,16 @@ from __future__ import annotations
 
 import hashlib
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 
 #: Seeds are non-negative 63-bit integers (a torch generator seed, and an int64 for vLLM's ``seed``).
 SEED_BITS = 63
 
 
-def attempt_of(request: R.RolloutRequest) -> int:
-    """The request's ``metadata["attempt"]`` (0 when absent or not a number)."""
-    try:
-        return int(request.metadata.get("attempt", "0"))
-    except ValueError:
-        return 0
-
-
 def draw_seed(sampling_seed: int, request: R.RolloutRequest, turn: int, role: str) -> int:
     """The seed of ``role``'s call at ``turn`` of ``request``'s trajectory (see module docstring)."""
-    key = "\x1f".join(str(part) for part in (sampling_seed, request.source, request.question, attempt_of(request),
+    key = "\x1f".join(str(part) for part in (sampling_seed, request.source, request.question, ids.attempt_of(request.metadata),
                                              request.rollout_index, turn, role))
     digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") & ((1 << SEED_BITS) - 1)

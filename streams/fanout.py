@@ -54,7 +54,7 @@ from streamgrpo.streams.curriculum import Curriculum, CurriculumPolicy, Decision
 from streamgrpo.topics import catalog
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TASK_BYTES
 
-__all__ = ["Backlog", "FanoutPolicy", "admit", "attempt_of", "check_task", "fan_out", "register"]
+__all__ = ["Backlog", "FanoutPolicy", "admit", "check_task", "fan_out", "register"]
 
 log = logging.getLogger(__name__)
 #: Seconds without an admitted group (and none in flight) after which the fan-out counts as idle.
@@ -80,13 +80,6 @@ class FanoutPolicy:
                    s.max_groups_in_flight, s.max_staleness, s.samples_per_step)
 
 
-def attempt_of(task: R.Task) -> int:
-    try:
-        return int(task.metadata.get("attempt", "0"))
-    except ValueError:
-        return 0
-
-
 def check_task(task: R.Task, encoded_size: int) -> tuple[str, str] | None:
     """Why ``task`` cannot be fanned out, as (reason code, reason), or None when it can (pure)."""
     if not task.envelope.task_id or not 1 <= task.group_size <= MAX_GROUP_SIZE:
@@ -104,7 +97,7 @@ def fan_out(task: R.Task, version: int, policy: FanoutPolicy) -> list[R.RolloutR
     if problem is not None:
         raise ValueError(problem[1])
     task_id = task.envelope.task_id or ""
-    group = ids.group_id(task_id, attempt_of(task))
+    group = ids.group_id(task_id, ids.attempt_of(task.metadata))
     out = []
     for i in range(task.group_size):
         rollout = ids.rollout_id(group, i)
@@ -206,7 +199,7 @@ class _Shell:
         """Fans out ``task``'s group once admitted (or skips a group already requested); False when the worker
         yielded to a stop or rebalance instead (nothing sent)."""
         ctx, view = self.ctx, self.view
-        group = ids.group_id(task.envelope.task_id or "", attempt_of(task))
+        group = ids.group_id(task.envelope.task_id or "", ids.attempt_of(task.metadata))
         if group in view.requested:
             ctx.count("fanout.already_requested")
             return True
@@ -218,7 +211,7 @@ class _Shell:
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
         view.note_requested(group, len(requests))
-        self.curriculum.remember(task, attempt_of(task))
+        self.curriculum.remember(task, ids.attempt_of(task.metadata))
         ctx.count("fanout.groups")
         if "curriculum" in task.metadata:
             ctx.count(f"fanout.curriculum_{task.metadata['curriculum']}")

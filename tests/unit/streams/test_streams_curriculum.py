@@ -5,7 +5,6 @@ from __future__ import annotations
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.streams.curriculum import Curriculum, CurriculumPolicy
-from streamgrpo.streams.fanout import attempt_of
 
 
 def task(task_id: str, **meta: str) -> R.Task:
@@ -29,14 +28,14 @@ def test_a_task_with_signal_is_requeued_ahead_until_its_budget_then_retired() ->
     decision = cur.closed(closed(t, 0, 0.5, True))
     assert decision is not None and decision.action == "requeue" and decision.groups == 1
     again = cur.next_due()
-    assert again is not None and attempt_of(again) == 1
+    assert again is not None and ids.attempt_of(again.metadata) == 1
     assert again.metadata["curriculum"] == "requeue" and again.metadata["pass_rate"] == "0.500"
     assert again.metadata["kind"] == "arithmetic" and again.question == t.question
     assert cur.next_due() is None  # taken once
     cur.remember(again, 1)
     assert cur.closed(closed(t, 1, 0.25, True)).action == "requeue"
     third = cur.next_due()
-    assert attempt_of(third) == 2
+    assert ids.attempt_of(third.metadata) == 2
     cur.remember(third, 2)
     assert cur.closed(closed(t, 2, 0.75, True)).action == "retire"  # 3 groups: the budget is spent
     assert cur.next_due() is None and cur.pending == 0
@@ -54,7 +53,7 @@ def test_a_task_without_signal_is_parked_and_retried_after_other_groups() -> Non
     cur.remember(others[2], 0)
     retry = cur.next_due()
     assert retry is not None and retry.envelope.task_id == "z" and retry.metadata["curriculum"] == "retry"
-    assert attempt_of(retry) == 1
+    assert ids.attempt_of(retry.metadata) == 1
     cur.remember(retry, 1)
     assert cur.closed(closed(t, 1, 1.0, False)).action == "retire"  # one retry only
 
@@ -102,7 +101,7 @@ def test_when_no_new_task_arrives_parked_tasks_are_retried_at_once() -> None:
     assert cur.closed(closed(t, 0, 0.0, False)).action == "park"
     assert cur.next_due() is None  # 47 more admissions to go
     retry = cur.next_due(idle=True)
-    assert retry is not None and retry.metadata["curriculum"] == "retry" and attempt_of(retry) == 1
+    assert retry is not None and retry.metadata["curriculum"] == "retry" and ids.attempt_of(retry.metadata) == 1
     assert cur.next_due(idle=True) is None and cur.pending == 0
 
 
