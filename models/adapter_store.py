@@ -175,7 +175,7 @@ def local_path(uri: str, store_root: str | os.PathLike[str] | None = None) -> Pa
     path = Path(unquote(parsed.path) if parsed.scheme else uri).resolve()
     if store_root is not None and not path.is_relative_to(Path(store_root).resolve()):
         raise AdapterOutsideStoreError(f"{uri} resolves to {path}, outside the adapter store {Path(store_root).resolve()} "
-                                "([loop] adapter_store); adapters load only from the store")
+                                       "([loop] adapter_store); adapters load only from the store")
     return path
 
 
