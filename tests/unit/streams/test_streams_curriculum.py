@@ -135,3 +135,10 @@ def test_cold_kinds_off_and_small_groups_are_left_alone() -> None:
         cur.closed(closed(t, 0, 0.0, False))
         assert cur.sized(task("y", kind="history")).group_size == 4 and "probe" not in cur.sized(task("y")).metadata
     assert small.cold(task("y", kind="history")) == "history" and off.cold(task("y", kind="history")) is None
+
+
+def test_an_absent_or_unreadable_attempt_is_the_first() -> None:
+    """The fan-out's group id and the rollout's sampling seed both read the attempt through ``ids.attempt_of``."""
+    assert ids.attempt_of({}) == 0
+    assert ids.attempt_of({"attempt": "not a number"}) == 0
+    assert ids.attempt_of({"attempt": "3", "curriculum": "retry"}) == 3
