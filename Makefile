@@ -79,9 +79,9 @@ reliability: setup ## Reliability campaign, bounded (~12 min): fuzzing at FUZZ_E
 bench: setup ## Benchmarks (codec, broker, streams, generation, rollout, trainer step, search, math judge agreement); results go to BENCHMARKS.md
 	$(BIN)/python bench/run_all.py
 
-bench-long: setup ## The long benchmarks (TRL's extra is installed first): TRL side by side (~15 min), TRL vs streamgrpo held-out after 30 min each (~80 min), three 30-minute learning runs (~1 h 45 min), whole-loop rollouts/min at concurrency 2 and 4 (~22 min)
+bench-long: setup ## The long benchmarks (TRL's extra is installed first): TRL side by side (~15 min), TRL vs streamgrpo held-out after 30 min each (~80 min), three 30-minute learning runs (~1 h 45 min), whole-loop rollouts/min at concurrency 2 and 4 (~22 min), rollout workers 1-3 under admission at two paces (~12 min)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[bench]'
-	$(BIN)/python bench/run_all.py trl trl_learning learning run_throughput
+	$(BIN)/python bench/run_all.py trl trl_learning learning run_throughput scaling
 
 # The top-level package folders, read from pyproject.toml's package-dir (the one list of packages).
 PACKAGE_FOLDERS = $(shell $(BIN)/python -c 'import tomllib; dirs = tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"].values(); print(" ".join(dict.fromkeys(d.split("/")[0] for d in dirs)))')

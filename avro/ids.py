@@ -18,6 +18,8 @@ replayed and live events would no longer deduplicate against each other).
   changed score is a new one);
 - ``replay train --judge``: :func:`rejudged_reward_id`, :func:`rejudged_sample_id` (replayed and restored
   events keep their original ids; only re-scored ones get new ids);
+- :func:`derived_seed`: not an id but the same idea for sampling seeds -- a stable 63-bit integer of a key
+  (the rollout worker's per-draw seeds, the vLLM backend's per-request seed);
 - :func:`dead_letter_id`: the record's place (catalog topic, partition, offset) only, so the same bad
   record gets the same dead letter whichever consumer finds it.
 
@@ -27,6 +29,7 @@ RewardMetrics window) are random UUIDs from :meth:`~streamgrpo.avro.records.Enve
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping
 
@@ -39,6 +42,17 @@ ROLLOUT_EVENT_KINDS = frozenset({"planner_action", "tool_observation", "verdict"
 def derived_id(kind: str, *parts: object) -> str:
     """Deterministic UUID (v5) of ``kind`` and its inputs (the primitive behind every function here)."""
     return str(uuid.uuid5(_NAMESPACE, kind + "|" + "|".join(str(p) for p in parts)))
+
+
+#: Derived seeds are non-negative 63-bit integers (a torch generator's seed, an int64 for vLLM's ``seed``).
+SEED_BITS = 63
+
+
+def derived_seed(key: str) -> int:
+    """A stable non-negative 63-bit integer of ``key``: blake2b (8 bytes), never Python's salted ``hash()``, so
+    the same key gives the same seed in every process and run. Callers choose the key's format."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & ((1 << SEED_BITS) - 1)
 
 
 def attempt_of(metadata: Mapping[str, str]) -> int:

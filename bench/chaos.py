@@ -1,10 +1,12 @@
 """Chaos campaign of RELIABILITY.md: ``streamgrpo run`` of the tiny planner on the embedded broker while a
-random service child (streams, judge, rollout worker, trainer) is SIGKILLed every few seconds, then an
-audit of the topics (rules in tests/support/chaos.py). Prints one JSON object per run (kills, restarts, the
-audit; ``lost`` is the figure that must be 0).
+random service child (streams, judge, rollout worker, trainer) is SIGKILLed or SIGTERMed every few seconds,
+then an audit of the topics (rules in tests/support/chaos.py). Prints one JSON object per run (kills by service
+and signal, each SIGTERM's time to exit and the ``hung`` ones, restarts, the audit; ``lost`` and ``hung`` are the
+figures that must be 0 / empty).
 
 Usage: python bench/chaos.py [--chaos-s 180] [--drain-s 90] [--interval 4 8] [--seed 0] [--runs 1]
-       [--tasks 800] [--group-size 4] [--group-timeout-s 60] [--min-uptime-s 15] [--warmup-s 30] [--keep]
+       [--tasks 800] [--group-size 4] [--group-timeout-s 60] [--min-uptime-s 15] [--warmup-s 30]
+       [--signals KILL TERM] [--term-grace-s 15] [--keep]
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ def main() -> None:
     ap.add_argument("--warmup-s", type=float, default=30.0, help="no kill in the first seconds")
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--group-timeout-s", type=float, default=60.0)
+    ap.add_argument("--signals", nargs="+", choices=("KILL", "TERM"), default=["KILL", "TERM"],
+                    help="signals drawn per kill (SIGKILL: a machine death; SIGTERM: a rolling update)")
+    ap.add_argument("--term-grace-s", type=float, default=15.0,
+                    help="a SIGTERMed service must exit within this; one that does not is reported hung and SIGKILLed")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs of every child)")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -51,7 +57,8 @@ def main() -> None:
             result = run_chaos(kafka, base, work / f"run{i}", chaos_s=args.chaos_s, drain_s=args.drain_s,
                                interval_s=tuple(args.interval), seed=args.seed + i,
                                group_timeout_s=args.group_timeout_s, tasks=args.tasks, group_size=args.group_size,
-                               min_uptime_s=args.min_uptime_s, warmup_s=args.warmup_s)
+                               min_uptime_s=args.min_uptime_s, warmup_s=args.warmup_s,
+                               signals=tuple(args.signals), term_grace_s=args.term_grace_s)
             result.pop("output_tail")
             print(json.dumps({"run": i, "work": str(work / f"run{i}"), **result}), flush=True)
     if not args.keep:

@@ -20,8 +20,6 @@ dropped by event id, remembered in a bounded :class:`~streamgrpo.topics.dedup.Re
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -327,20 +325,15 @@ class RunTracker:
     """Feeds a :class:`Progress` from the broker in a daemon thread."""
 
     def __init__(self, kafka: KafkaSettings, progress: Progress | None = None) -> None:
-        self.kafka = kafka
+        from streamgrpo.topics.follow import FollowerThread, fold_events
+
         self.progress = progress or Progress()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="run-tracker", daemon=True)
+        # records that do not decode are the services' business
+        self.follower = FollowerThread(kafka, TOPICS, fold_events(self.progress.apply), name="run-tracker",
+                                       max_records=500)
 
     def start(self) -> None:
-        self._thread.start()
+        self.follower.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        from streamgrpo.topics.follow import LogFollower, fold_events
-
-        follower = LogFollower(self.kafka, TOPICS, fold_events(self.progress.apply), max_records=500)
-        asyncio.run(follower.run(self._stop))  # records that do not decode are the services' business
+        self.follower.close(timeout_s=10)

@@ -20,13 +20,12 @@ alike), sampling-based evaluation in the loop (``streamgrpo eval --samples`` doe
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -35,6 +34,9 @@ from streamgrpo.avro import records as R
 from streamgrpo.config import StrictModel
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.topics import catalog
+
+if TYPE_CHECKING:
+    from streamgrpo.topics.follow import FollowerThread
 
 log = logging.getLogger(__name__)
 
@@ -124,49 +126,8 @@ class Announcements:
             return taken
 
 
-class AnnouncementFollower:
-    """One :class:`~streamgrpo.topics.follow.LogFollower` over ``adapter-events`` and ``evaluations`` for the
-    evaluator's lifetime, in a daemon thread: it reads both topics from the beginning once, then only new
-    records. It waits for a broker that does not answer at start and rides out one that goes away later."""
-
-    TOPICS = (catalog.ADAPTER_EVENTS, catalog.EVALUATIONS)
-
-    def __init__(self, kafka: Any, fold: Announcements) -> None:
-        from streamgrpo.topics.follow import LogFollower, fold_events
-
-        self.fold = fold
-        self.reader = LogFollower(kafka, self.TOPICS, fold_events(fold.apply))
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="evaluator-follower", daemon=True)
-
-    def _run(self) -> None:
-        from aiokafka.errors import KafkaError
-
-        try:
-            asyncio.run(self.reader.run(self._stop))
-        except (StreamGRPOError, KafkaError) as exc:  # raised in the evaluator's thread by check()
-            self._error = exc
-
-    def start(self) -> AnnouncementFollower:
-        self._thread.start()
-        return self
-
-    def caught_up(self, timeout_s: float) -> bool:
-        """Whether every record present at start was folded (waits up to ``timeout_s``)."""
-        return self.reader.wait_caught_up(timeout_s)
-
-    def check(self) -> None:
-        """Raise a TopicsError if the follower stopped by itself (a missing topic, a broker error)."""
-        if not self._thread.is_alive() and not self._stop.is_set():
-            from streamgrpo.topics.errors import TopicsError
-
-            raise TopicsError(f"evaluator: following {list(self.TOPICS)} stopped: {self._error or 'see the log'}")
-
-    def close(self, timeout_s: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+#: What the evaluator follows, for its lifetime (one :class:`~streamgrpo.topics.follow.FollowerThread`).
+FOLLOWED = (catalog.ADAPTER_EVENTS, catalog.EVALUATIONS)
 
 
 def serve(settings: EvaluatorSettings, session: Any, stop: threading.Event) -> None:
@@ -177,19 +138,22 @@ def serve(settings: EvaluatorSettings, session: Any, stop: threading.Event) -> N
         os.nice(settings.nice)
     rows = session.load_tasks(settings.tasks)
     evaluator = Evaluator(settings, session, rows)
-    follower = AnnouncementFollower(session.kafka, Announcements(session.loop.adapter_name)).start()
+    from streamgrpo.topics.follow import FollowerThread, fold_events
+
+    fold = Announcements(session.loop.adapter_name)
+    follower = FollowerThread(session.kafka, FOLLOWED, fold_events(fold.apply), name="evaluator-follower").start()
     try:
         with EventProducer(session.kafka, "evaluator") as producer:
             if _wait_caught_up(follower, settings, stop):
-                evaluator.note_existing(follower.fold.take_evaluations())
+                evaluator.note_existing(fold.take_evaluations())
                 log.info("evaluator: %d held-out tasks (%s, hash %s); already evaluated: %s", len(evaluator.rows),
                          settings.tasks, evaluator.task_hash, sorted(evaluator.done) or "none")
-                _evaluate_until(stop, settings, evaluator, follower, producer)
+                _evaluate_until(stop, settings, evaluator, follower, fold, producer)
     finally:
         follower.close()
 
 
-def _wait_caught_up(follower: AnnouncementFollower, settings: EvaluatorSettings, stop: threading.Event) -> bool:
+def _wait_caught_up(follower: FollowerThread, settings: EvaluatorSettings, stop: threading.Event) -> bool:
     """Wait until the follower folded the history (True), or ``stop`` (False); alive meanwhile."""
     while not stop.is_set():
         heartbeat.beat()
@@ -200,12 +164,12 @@ def _wait_caught_up(follower: AnnouncementFollower, settings: EvaluatorSettings,
 
 
 def _evaluate_until(stop: threading.Event, settings: EvaluatorSettings, evaluator: Evaluator,
-                    follower: AnnouncementFollower, producer: Any) -> None:
+                    follower: FollowerThread, fold: Announcements, producer: Any) -> None:
     while not stop.is_set():
         heartbeat.beat()
         follower.check()
-        evaluator.note_existing(follower.fold.take_evaluations())  # e.g. another evaluator's, or our own
-        published = follower.fold.published()
+        evaluator.note_existing(fold.take_evaluations())  # e.g. another evaluator's, or our own
+        published = fold.published()
         version = evaluator.pending(published)
         if version is None:
             stop.wait(settings.poll_s)

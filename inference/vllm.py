@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -77,6 +76,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import SecretStr
 
+from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.inference.base import BASE_VERSION, Generation, PlannerPolicy, served_name
 from streamgrpo.inference.errors import (
@@ -194,8 +194,7 @@ def plan_requests(prompts: list[list[int]]) -> list[tuple[list[list[int]], int, 
 
 def request_seed(row_seeds: Sequence[int]) -> int:
     """One vLLM ``seed`` (a non-negative int64) for a request carrying rows seeded ``row_seeds``, in order."""
-    digest = hashlib.blake2b(",".join(str(int(s)) for s in row_seeds).encode("ascii"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
+    return ids.derived_seed(",".join(str(int(s)) for s in row_seeds))
 
 
 class VLLMPolicy(PlannerPolicy):

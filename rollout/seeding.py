@@ -1,10 +1,11 @@
 """Per-draw sampling seeds of the rollout worker (``[rollout] sampling_seed``; pure, no I/O).
 
 With ``sampling_seed`` set, every sampled model call of a rollout draws from its own seed, a stable hash
-(blake2b, never Python's salted ``hash()``) of: the run's ``sampling_seed``; the task the request belongs
-to -- its ``source`` and ``question`` and its ``attempt`` (the curriculum's group count of that task);
-the sample's ``rollout_index`` in the group; the turn; and the role that samples. The local engines give
-each row of a batched call its own generator seeded with it (:func:`~streamgrpo.inference.sampling.row_generators`),
+(:func:`~streamgrpo.avro.ids.derived_seed`: blake2b, never Python's salted ``hash()``) of: the run's
+``sampling_seed``; the task the request belongs to -- its ``source`` and ``question`` and its ``attempt``
+(the curriculum's group count of that task); the sample's ``rollout_index`` in the group; the turn; and the
+role that samples. The local engines give each row of a batched call its own generator seeded with it
+(:func:`~streamgrpo.inference.sampling.row_generators`),
 so a sample's draws do not depend on which other trajectories or groups share its call.
 
 Why the task's content and not its ``task_id``/``group_id``: ``streamgrpo run`` submits tasks under random
@@ -20,18 +21,12 @@ request (see :mod:`streamgrpo.inference.vllm`). The roles other than the planner
 
 from __future__ import annotations
 
-import hashlib
-
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-
-#: Seeds are non-negative 63-bit integers (a torch generator seed, and an int64 for vLLM's ``seed``).
-SEED_BITS = 63
 
 
 def draw_seed(sampling_seed: int, request: R.RolloutRequest, turn: int, role: str) -> int:
     """The seed of ``role``'s call at ``turn`` of ``request``'s trajectory (see module docstring)."""
     key = "\x1f".join(str(part) for part in (sampling_seed, request.source, request.question, ids.attempt_of(request.metadata),
                                              request.rollout_index, turn, role))
-    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & ((1 << SEED_BITS) - 1)
+    return ids.derived_seed(key)

@@ -15,8 +15,8 @@ trusting it would say "caught up" with a batch still unread. The true end is fou
 last batch from ``watermark - 1``.
 
 Uses: the streams follower (admission, A/B), the rollout adapter follower, the judge's task table,
-the run's progress tracker, and the synchronous :func:`read_topic` / :func:`iter_topic` (a thread
-runs the follower) for ``streamgrpo tail``, audits and tests.
+the run's progress tracker and the evaluator (both through :class:`FollowerThread`), and the synchronous
+:func:`read_topic` / :func:`iter_topic` (a thread runs the follower) for ``streamgrpo tail``, audits and tests.
 A follower that runs until stopped waits for a broker that does not answer at start
 (:mod:`~streamgrpo.topics.reconnect`); a snapshot read (``until_caught_up``) fails at once with a TopicsError.
 What is not covered: compaction while reading (a compacted record is simply not seen), transactions
@@ -39,6 +39,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from streamgrpo.avro.codec import Codec
 from streamgrpo.avro.records import Event
 from streamgrpo.config import KafkaSettings
+from streamgrpo.errors import StreamGRPOError
 from streamgrpo.topics.clients import aiokafka_config, logical_name, topic_name
 from streamgrpo.topics.errors import TopicsError
 from streamgrpo.topics.received import Received, received
@@ -231,6 +232,47 @@ class LogFollower:
             self._caught_up.set()
             self.caught_up.set()
         return left
+
+
+class FollowerThread:
+    """A :class:`LogFollower` that runs until closed in a daemon thread of its own, for a process whose other
+    threads read the fold (the evaluator, the progress line of ``streamgrpo run``). It waits for a broker that
+    does not answer at start and rides out one that goes away later; a follower that stops by itself (a missing
+    topic, a broker error) is logged and named by :meth:`check`."""
+
+    def __init__(self, kafka: KafkaSettings, topics: Iterable[str], handler: RecordHandler, *, name: str,
+                 max_records: int = 1000) -> None:
+        self.name = name
+        self.reader = LogFollower(kafka, topics, handler, max_records=max_records)
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self.reader.run(self._stop))
+        except (StreamGRPOError, KafkaError) as exc:  # named by check() in the threads that read the fold
+            self._error = exc
+            log.warning("%s: following %s stopped: %s", self.name, self.reader.topics, exc)
+
+    def start(self) -> FollowerThread:
+        self._thread.start()
+        return self
+
+    def caught_up(self, timeout_s: float) -> bool:
+        """Whether every record present at start was folded (waits up to ``timeout_s``)."""
+        return self.reader.wait_caught_up(timeout_s)
+
+    def check(self) -> None:
+        """Raise a TopicsError if the follower stopped by itself (it was not closed)."""
+        if self._thread.ident is not None and not self._thread.is_alive() and not self._stop.is_set():
+            raise TopicsError(f"{self.name}: following {self.reader.topics} stopped: {self._error or 'see the log'}")
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop following and wait up to ``timeout_s`` for the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
 
 
 def read_topic(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0, limit: int | None = None,

@@ -12,7 +12,12 @@
 - metrics: each service container declares a port named ``metrics`` equal to its section's
   ``metrics_port``, and its pod's ``prometheus.io/port`` annotation (when present) says the same;
 - KEDA: a ScaledObject's Kafka trigger watches the consumer group the target's settings use
-  (``[rollout] consumer_group`` / ``[judge] consumer_group``) and a bootstrap Service of the build.
+  (``[rollout] consumer_group`` / ``[judge] consumer_group``) and a bootstrap Service of the build;
+- pacing: the streams and trainer containers load the same ``[loop] samples_per_step`` and ``max_staleness``
+  (admission paces groups by the trainer's step), and a ScaledObject on ``rollout-requests`` can reach its
+  ``maxReplicaCount``: admission lets at most ``(1 + max_staleness) * samples_per_step`` requests wait or run,
+  and KEDA asks for ``ceil(lag / lagThreshold)`` workers, so replicas above ``ceil(budget / lagThreshold)``
+  are never started (the scaling that "adds nothing" of issue 21).
 
 What is not covered: whether images exist in their registries, whether the model names exist on
 the hub, anything that needs a running cluster.
@@ -20,6 +25,7 @@ the hub, anything that needs a running cluster.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import tempfile
 from pathlib import Path
@@ -212,8 +218,28 @@ def _check_vllm(objs: list[Obj], w: Obj, c: Obj, r: dict[str, Any], lora_rank: i
     return out or ([] if servers else [Finding(ref(w), "policy vllm but the vllm Service selects no Deployment")])
 
 
+def resolve_config_refs(objs: list[Obj]) -> list[Obj]:
+    """A copy of ``objs`` in which every container env value taken from a key of a ConfigMap of the build
+    (``valueFrom.configMapKeyRef``) is written in, as the pod will see it; other references stay placeholders."""
+    data = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o.get("data") or {}
+            for o in objs if o.get("kind") == "ConfigMap"}
+    out = copy.deepcopy(objs)
+    for w in out:
+        if w.get("kind") not in WORKLOADS:
+            continue
+        for c in (pod_template(w).get("spec") or {}).get("containers") or []:
+            for e in c.get("env") or []:
+                key_ref = (e.get("valueFrom") or {}).get("configMapKeyRef") or {}
+                value = data.get((w["metadata"].get("namespace"), key_ref.get("name")), {}).get(key_ref.get("key"))
+                if value is not None:
+                    e.pop("valueFrom")
+                    e["value"] = value
+    return out
+
+
 def check_streamgrpo(objs: list[Obj]) -> tuple[list[Finding], list[str]]:
     """streamgrpo-specific configuration checks of one build; returns (findings, notes)."""
+    objs = resolve_config_refs(objs)
     cms = [o for o in objs if o.get("kind") == "ConfigMap" and o["metadata"].get("name") == CONFIG_MAP]
     pairs = _streamgrpo_containers(objs)
     if not cms:
@@ -234,7 +260,7 @@ def check_streamgrpo(objs: list[Obj]) -> tuple[list[Finding], list[str]]:
             out.append(Finding(ref(w), f"STREAMGRPO_CONFIG={cfg!r} is not on a mounted volume"))
     found, notes, loaded = _load_models(text, pairs)
     return (out + found + _check_wiring(objs, toml, pairs, loaded) + _check_metrics(pairs, loaded)
-            + _check_keda(objs, pairs, loaded)), notes
+            + _check_keda(objs, pairs, loaded) + _check_pacing(objs, pairs, loaded)), notes
 
 
 def _section(c: Obj) -> str | None:
@@ -285,4 +311,42 @@ def _check_keda(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded) -
                 problem = _service_port(objs, so["metadata"].get("namespace"), host, int(port or 0))
                 if problem:
                     out.append(Finding(ref(so), f"bootstrapServers {problem}"))
+    return out
+
+
+PACED_TOPIC = "rollout-requests"
+
+
+def _check_pacing(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded) -> list[Finding]:
+    """Admission, the trainer and KEDA's rollout scaler are sized from one another (see the module docstring)."""
+    paced = {section: (w, loaded[(id(c), section)]) for w, c in pairs
+             for section in ("streams", "trainer") if _section(c) == section and (id(c), section) in loaded}
+    if "streams" not in paced:
+        return []
+    streams_w, streams = paced["streams"]
+    out: list[Finding] = []
+    if "trainer" in paced:
+        trainer_w, trainer = paced["trainer"]
+        for field in ("samples_per_step", "max_staleness"):
+            if getattr(streams, field) != getattr(trainer, field):
+                out.append(Finding(ref(streams_w), f"[loop] {field} {getattr(streams, field)} != the trainer's "
+                                                   f"{getattr(trainer, field)} ({ref(trainer_w)}): admission paces "
+                                                   "groups by the trainer's step; set it once, in [loop]"))
+    budget = (1 + int(streams.max_staleness)) * int(streams.samples_per_step)
+    for so in (o for o in objs if o.get("kind") == "ScaledObject"):
+        spec = so.get("spec") or {}
+        for trig in spec.get("triggers") or []:
+            meta = trig.get("metadata") or {}
+            if trig.get("type") != "kafka" or meta.get("topic") != PACED_TOPIC:
+                continue
+            threshold = int(meta.get("lagThreshold") or 0)
+            most = int(spec.get("maxReplicaCount", 100))
+            reachable = -(-budget // threshold) if threshold > 0 else most
+            if most > reachable:
+                out.append(Finding(ref(so), f"maxReplicaCount {most} is never reached: admission lets at most {budget} "
+                                            f"requests wait or run ((1 + max_staleness {streams.max_staleness}) x "
+                                            f"samples_per_step {streams.samples_per_step}) and lagThreshold is "
+                                            f"{threshold}, so KEDA asks for {reachable} worker(s) at most; raise [loop] "
+                                            f"samples_per_step to {-(-most * threshold // (1 + int(streams.max_staleness)))}"
+                                            f", or lower lagThreshold or maxReplicaCount"))
     return out

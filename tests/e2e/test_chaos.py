@@ -1,5 +1,6 @@
 """Chaos: the whole loop (``streamgrpo run``, tiny planner, real broker) while a random service child
-(streams, judge, rollout worker, trainer) is SIGKILLed every 6-10 s for 120 s (none in the
+(streams, judge, rollout worker, trainer) is SIGKILLed or SIGTERMed (drawn per kill) every 6-10 s for 120 s
+(a SIGTERMed child must exit within 15 s, wherever the back-pressured loop made it wait; none in the
 first 30 s, none of a child up for less than 15 s; 400 tasks keep the loop busy throughout), then 70 s without kills;
 the topics are then audited (rules in tests/support/chaos.py): every task's group closed exactly once
 (or still queued / in flight within the group timeout at the end), every training group has one sample per
@@ -31,14 +32,18 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_nothing_is_lost_while_services_are_killed(kafka_ns: KafkaSettings, tmp_path: Path, tiny_base: Path) -> None:
+def test_nothing_is_lost_while_services_are_killed_or_stopped(kafka_ns: KafkaSettings, tmp_path: Path,
+                                                             tiny_base: Path) -> None:
     result = run_chaos(kafka_ns, tiny_base, tmp_path, chaos_s=120, drain_s=70, interval_s=(6.0, 10.0), seed=1,
-                       group_timeout_s=60, min_uptime_s=15)
+                       group_timeout_s=60, min_uptime_s=15, signals=("KILL", "TERM"), term_grace_s=15.0)
     audit = result["audit"]
     shown = json.dumps({k: v for k, v in result.items() if k != "output_tail"}, indent=1) + result["output_tail"]
-    print(json.dumps({k: result[k] for k in ("kills", "kills_by_service", "restarts")} | {"audit": audit}))
+    print(json.dumps({k: result[k] for k in ("kills", "kills_by_service", "kills_by_signal", "term_exit_s_max",
+                                             "restarts")} | {"audit": audit}))
     assert result["returncode"] == 0, shown
     assert result["kills"] >= 6 and len(result["kills_by_service"]) >= 3, shown
+    assert min(result["kills_by_signal"].get(s, 0) for s in ("KILL", "TERM")) >= 2, shown
+    assert result["hung"] == [], shown  # every SIGTERMed service exited within term_grace_s
     assert sum(result["restarts"].values()) >= result["kills"] - 2, shown  # a kill in the last seconds may not be seen
     assert audit["lost"] == 0, shown
     assert audit["groups_closed"] >= 4 and audit["versions"] >= 1 and audit["samples_in_lineage"] >= 8, shown

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -12,7 +14,14 @@ from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics.clients import aiokafka_config
 from streamgrpo.topics.errors import TopicsError
-from streamgrpo.topics.follow import LogFollower, fold_events, iter_topic, log_bounds, read_topic
+from streamgrpo.topics.follow import (
+    FollowerThread,
+    LogFollower,
+    fold_events,
+    iter_topic,
+    log_bounds,
+    read_topic,
+)
 from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker
@@ -91,6 +100,41 @@ def test_a_follower_keeps_folding_after_it_caught_up(kafka_ns: KafkaSettings) ->
         return len(fold.ids)
 
     assert asyncio.run(follow()) == 25
+
+
+def test_a_follower_thread_folds_until_closed_and_check_stays_quiet(kafka_ns: KafkaSettings) -> None:
+    _batched_produce(kafka_ns, 10)
+    fold = Count()
+    follower = FollowerThread(kafka_ns, ["tasks"], fold_events(fold.apply), name="test-follower")
+    follower.check()  # not started yet: nothing to report
+    follower.start()
+    try:
+        assert follower.caught_up(30), "the history was folded"
+        assert len(fold.ids) == 10
+        _batched_produce(kafka_ns, 5, 10)
+        deadline = time.monotonic() + 30
+        while len(fold.ids) < 15 and time.monotonic() < deadline:
+            follower.check()
+            time.sleep(0.1)
+        assert len(fold.ids) == 15, "records produced after the catch-up are folded too"
+    finally:
+        follower.close()
+    assert not follower._thread.is_alive(), "close() stops the thread"
+    follower.check()  # closed on purpose: not an error
+
+
+def test_a_follower_thread_that_stops_by_itself_is_named_by_check(kafka: KafkaSettings,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    ns = kafka.model_copy(update={"topic_prefix": "no-such-prefix."})
+    follower = FollowerThread(ns, ["tasks"], fold_events(Count().apply), name="test-follower")
+    with caplog.at_level(logging.WARNING, logger="streamgrpo.topics.follow"):
+        follower.start()
+        follower._thread.join(30)
+    assert not follower._thread.is_alive(), "a missing topic ends the follower"
+    with pytest.raises(TopicsError, match=r"test-follower: following \['tasks'\] stopped: .*does not exist"):
+        follower.check()
+    assert any("test-follower: following" in r.getMessage() for r in caplog.records), "logged where it happened"
+    assert not follower.caught_up(0)
 
 
 def test_readers_stop_at_the_true_end_and_count_it(kafka_ns: KafkaSettings) -> None:

@@ -1,10 +1,15 @@
-"""Chaos campaign helpers: SIGKILL random service children of a live ``streamgrpo run``, then audit the topics.
+"""Chaos campaign helpers: SIGKILL or SIGTERM random service children of a live ``streamgrpo run``, then audit
+the topics.
 
 :class:`ChaosMonkey` is a thread that, every few seconds (uniform in ``interval_s``), picks one live service
-child of the ``streamgrpo run`` process (streams, judge, rollout, trainer; never the broker) at random and
-SIGKILLs its whole process group, as a pod or machine death would; ``streamgrpo run``'s supervisor restarts it.
-No kill in the first ``warmup_s`` seconds (the services load), and a child is only chosen once it has been seen
-alive for ``min_uptime_s`` (a child killed again while it still loads its model tests nothing new).
+child of the ``streamgrpo run`` process (streams, judge, rollout, trainer; never the broker) at random and sends
+its whole process group a signal drawn from ``signals``: SIGKILL as a pod or machine death would, SIGTERM as a
+rolling update or a scale-in would -- the loop is back-pressured throughout (admission holds the fan-out), so a
+SIGTERM lands wherever the service waits. A SIGTERMed child must exit within ``term_grace_s``; one that does
+not is recorded as ``hung`` and SIGKILLed (the kubelet's terminationGracePeriod). ``streamgrpo run``'s supervisor
+restarts the child either way. No kill in the first ``warmup_s`` seconds (the services load), and a child is
+only chosen once it has been seen alive for ``min_uptime_s`` (a child killed again while it still loads its
+model tests nothing new).
 
 :func:`audit` is the pure check of what the topics hold afterwards (records as :func:`read_topic` returns
 them), with these rules:
@@ -55,6 +60,18 @@ class Kill:
     at_s: float  # seconds since the monkey started
     service: str
     pid: int
+    signal: str = "KILL"  # "KILL" or "TERM"
+    exit_s: float | None = None  # TERM: seconds until the child had exited (None: it did not, see ``hung``)
+    hung: bool = False  # TERM: still alive after ``term_grace_s``, then SIGKILLed
+
+
+def exited(pid: int) -> bool:
+    """Whether ``pid`` is gone or a zombie (exited, not yet reaped by its parent, ``streamgrpo run``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2:].startswith(("Z", "X"))
 
 
 def service_children(run_pid: int, services: tuple[str, ...] = SERVICES) -> list[tuple[str, int]]:
@@ -84,14 +101,19 @@ def _children(pid: int) -> list[int]:
 
 
 class ChaosMonkey(threading.Thread):
-    """Kills a random service child of ``run_pid`` every ``interval_s`` seconds until ``duration_s`` seconds."""
+    """Kills (or stops, ``signals``) a random service child of ``run_pid`` every ``interval_s`` seconds until
+    ``duration_s`` seconds."""
 
     def __init__(self, run_pid: int, duration_s: float, interval_s: tuple[float, float] = (4.0, 8.0),
                  seed: int = 0, services: tuple[str, ...] = SERVICES, min_uptime_s: float = 20.0,
-                 warmup_s: float = 30.0) -> None:
+                 warmup_s: float = 30.0, signals: tuple[str, ...] = ("KILL",), term_grace_s: float = 15.0) -> None:
         super().__init__(name="chaos-monkey", daemon=True)
+        unknown = set(signals) - {"KILL", "TERM"}
+        if not signals or unknown:
+            raise ValueError(f"signals must be KILL and/or TERM, got {signals}")
         self.run_pid, self.duration_s, self.interval_s = run_pid, duration_s, interval_s
         self.services, self.min_uptime_s, self.warmup_s = services, min_uptime_s, warmup_s
+        self.signals, self.term_grace_s = tuple(sorted(signals)), term_grace_s
         self.rng = random.Random(seed)
         self.kills: list[Kill] = []
         self.stop_event = threading.Event()
@@ -113,11 +135,27 @@ class ChaosMonkey(threading.Thread):
             if not ready:
                 continue
             name, pid = self.rng.choice(sorted(ready))
+            sig = self.rng.choice(self.signals)
             try:
-                os.killpg(pid, signal.SIGKILL)  # the child leads its own session (start_new_session)
+                # the child leads its own session (start_new_session): its process group is the service
+                os.killpg(pid, signal.SIGTERM if sig == "TERM" else signal.SIGKILL)
             except ProcessLookupError:
                 continue
-            self.kills.append(Kill(round(now - started, 1), name, pid))
+            at_s = round(now - started, 1)
+            self.kills.append(self._stopped(at_s, name, pid) if sig == "TERM" else Kill(at_s, name, pid))
+
+    def _stopped(self, at_s: float, name: str, pid: int) -> Kill:
+        """Wait up to ``term_grace_s`` for a SIGTERMed child to exit; SIGKILL it if it does not."""
+        sent = time.monotonic()
+        while time.monotonic() - sent < self.term_grace_s:
+            if exited(pid):
+                return Kill(at_s, name, pid, "TERM", round(time.monotonic() - sent, 2))
+            time.sleep(0.05)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return Kill(at_s, name, pid, "TERM", None, hung=True)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -125,6 +163,13 @@ class ChaosMonkey(threading.Thread):
 
     def summary(self) -> dict[str, int]:
         return dict(Counter(k.service for k in self.kills))
+
+    def by_signal(self) -> dict[str, int]:
+        return dict(Counter(k.signal for k in self.kills))
+
+    def hung(self) -> list[Kill]:
+        """SIGTERMed children that did not exit within ``term_grace_s``."""
+        return [k for k in self.kills if k.hung]
 
 
 @dataclass
@@ -296,9 +341,11 @@ def _lineage(records: list[Received], samples: dict[tuple[int, int], str], out: 
 
 def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain_s: float,
               interval_s: tuple[float, float] = (4.0, 8.0), seed: int = 0, group_timeout_s: float = 60.0,
-              tasks: int = 400, group_size: int = 4, min_uptime_s: float = 20.0, warmup_s: float = 30.0) -> dict[str, Any]:
+              tasks: int = 400, group_size: int = 4, min_uptime_s: float = 20.0, warmup_s: float = 30.0,
+              signals: tuple[str, ...] = ("KILL",), term_grace_s: float = 15.0) -> dict[str, Any]:
     """``streamgrpo run`` of ``base_model`` on ``kafka`` (an existing broker + topic prefix) under a ChaosMonkey for
-    ``chaos_s`` s, then ``drain_s`` s without kills; returns the kills, the run's restarts and the audit."""
+    ``chaos_s`` s, then ``drain_s`` s without kills; returns the kills (with each SIGTERM's time to exit), the run's
+    restarts and the audit."""
     import json
     import subprocess
     import sys
@@ -325,7 +372,8 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
             "--no-final-eval"]
     with open(work / "run.out", "wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        monkey = ChaosMonkey(proc.pid, chaos_s, interval_s, seed, min_uptime_s=min_uptime_s, warmup_s=warmup_s)
+        monkey = ChaosMonkey(proc.pid, chaos_s, interval_s, seed, min_uptime_s=min_uptime_s, warmup_s=warmup_s,
+                             signals=signals, term_grace_s=term_grace_s)
         monkey.start()
         try:
             rc = proc.wait(timeout=chaos_s + drain_s + 300)
@@ -338,7 +386,10 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
     result = audit(records, end_ms=end_ms, group_timeout_s=group_timeout_s)
     summaries = sorted(home.glob("runs/*/report/summary.json"))
     restarts = json.loads(summaries[-1].read_text()).get("restarts", {}) if summaries else {}
+    term_exits = [k.exit_s for k in monkey.kills if k.exit_s is not None]
     return {"returncode": rc, "kills": len(monkey.kills), "kills_by_service": monkey.summary(),
+            "kills_by_signal": monkey.by_signal(), "hung": [asdict(k) for k in monkey.hung()],
+            "term_exit_s_max": max(term_exits, default=None), "term_grace_s": term_grace_s,
             "kill_log": [asdict(k) for k in monkey.kills], "restarts": restarts, "audit": result.as_dict(),
             "chaos_s": chaos_s, "drain_s": drain_s, "interval_s": list(interval_s), "seed": seed, "tasks": tasks,
             "min_uptime_s": min_uptime_s, "warmup_s": warmup_s,

@@ -202,6 +202,45 @@ def test_k8s_overlays_differ_where_intended(dev_objs: list[dict], gpu_objs: list
         d["metadata"]["name"] for d in dev if d["kind"] == "Deployment"}
 
 
+@pytest.mark.parametrize("target", ["overlays/dev-cpu", "overlays/gpu"])
+def test_k8s_judges_builtin_and_unrouted_sources_with_the_correctness_only_judge(target: str) -> None:
+    """Production pays the reward the loop was measured with: no overlay routes built-in tasks, or sources it does
+    not name, to a judge with credit that can be earned without the right answer (the `hybrid` format credit
+    taught the planner to answer without tools, issue 25)."""
+    import tomllib
+
+    from streamgrpo.judge.config import JudgeSettings
+
+    objs = build(K8S / target)
+    judge = JudgeSettings.model_validate(tomllib.loads(o_toml(objs)).get("judge", {}))
+    containers = _find(objs, "Deployment", "judge")["spec"]["template"]["spec"]["containers"]
+    overridden = [e["name"] for c in containers for e in c.get("env", [])
+                  if e["name"].startswith(("STREAMGRPO_JUDGE__DEFAULT_JUDGE", "STREAMGRPO_JUDGE__ROUTES"))]
+    assert overridden == []
+    assert judge.default_judge == "correct"
+    assert judge.routes.get("builtin", judge.default_judge) == "correct"
+
+
+def test_k8s_gpu_sizes_admission_for_the_workers_keda_may_start_from_one_value(gpu_objs: list[dict]) -> None:
+    """The gpu overlay types the trainer's step once (ConfigMap streamgrpo-pacing); the trainer and the fan-out both
+    read it, and the admission budget it gives, (1 + 1) x 64, covers maxReplicaCount x lagThreshold = 3 x 32.
+    Back at the default step (8) the validator names the workers KEDA could never start (issue 21: "autoscaling
+    adds nothing")."""
+    pacing = next(o for o in gpu_objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(
+        "streamgrpo-pacing"))
+    assert pacing["data"] == {"samples_per_step": "64"}
+    for deployment in ("trainer", "streams"):
+        ref_ = _env(gpu_objs, deployment, "STREAMGRPO_LOOP__SAMPLES_PER_STEP")["valueFrom"]["configMapKeyRef"]
+        assert ref_ == {"name": pacing["metadata"]["name"], "key": "samples_per_step"}
+    rollout = _find(gpu_objs, "ScaledObject", "rollout")["spec"]
+    assert rollout["maxReplicaCount"] * int(rollout["triggers"][0]["metadata"]["lagThreshold"]) <= (1 + 1) * 64
+    assert "never reached" not in _messages(gpu_objs)
+    objs = copy.deepcopy(gpu_objs)
+    next(o for o in objs if o["metadata"]["name"] == pacing["metadata"]["name"])["data"]["samples_per_step"] = "8"
+    assert "maxReplicaCount 3 is never reached: admission lets at most 16 requests" in _messages(objs)
+    assert "raise [loop] samples_per_step to 48" in _messages(objs)
+
+
 def test_k8s_third_party_is_pinned() -> None:
     assert validate.check_third_party() == []
     text = (K8S / "third-party" / "strimzi" / "kustomization.yaml").read_text()
@@ -306,6 +345,11 @@ def _write_acl(name: str, pattern: str) -> dict:
      "rollout [loop] adapter_store '/elsewhere' != the trainer's"),
     (lambda o: _find(o, "ConfigMap", "streamgrpo-config")["data"].update(
         {"streamgrpo.toml": o_toml(o) + '\n[trainr]\nlr = 1\n'}), "unknown section(s) [trainr]"),
+    # pacing: admission, the trainer's step and KEDA's rollout threshold sized from one another
+    (lambda o: _find(o, "ScaledObject", "rollout")["spec"]["triggers"][0]["metadata"].update(lagThreshold="16"),
+     "maxReplicaCount 2 is never reached: admission lets at most 16 requests wait or run"),
+    (lambda o: _container(o, "trainer")["env"].append({"name": "STREAMGRPO_LOOP__SAMPLES_PER_STEP", "value": "16"}),
+     "[loop] samples_per_step 8 != the trainer's 16"),
     (lambda o: _container(o, "judge")["env"].append({"name": "STREAMGRPO_JUDGE_LLM_API_KEY", "value": "k"}),
      "unknown environment variable(s) STREAMGRPO_JUDGE_LLM_API_KEY"),
     # Kafka ACLs: who may write adapter-events, and every client's credentials
