@@ -79,7 +79,7 @@ reliability: setup ## Reliability campaign, bounded (~12 min): fuzzing at FUZZ_E
 bench: setup ## Benchmarks (codec, broker, streams, generation, rollout, trainer step, search, math judge agreement); results go to BENCHMARKS.md
 	$(BIN)/python bench/run_all.py
 
-bench-long: setup ## The long benchmarks (TRL's extra is installed first): TRL side by side (~15 min), TRL vs streamgrpo held-out after 30 min each (~80 min), three 30-minute learning runs (~1 h 45 min), whole-loop rollouts/min at concurrency 2 and 4 (~22 min), rollout workers 1-3 under admission at two paces (~12 min)
+bench-long: setup ## The long benchmarks (TRL's extra is installed first): TRL side by side (~15 min), TRL vs streamgrpo held-out after 30 min each (~80 min), three 30-minute learning runs (~1 h 45 min), whole-loop rollouts/min at concurrency 2 and 4 (~22 min), rollout workers 1-3 under admission at three trainer steps (~15 min)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(BIN)/python bench/run_all.py trl trl_learning learning run_throughput scaling
 

@@ -11,10 +11,11 @@ under test, ``[loop] canary_share`` 0) and ``streamgrpo judge`` as subprocesses;
 scripted rollout workers and a scripted trainer:
 
 - a worker is a member of one consumer group on ``rollout-requests`` (as the real workers are, so the
-  partitions are shared out as in a cluster). It takes up to ``concurrency x group size`` requests (one
-  batch, as ``[rollout] concurrency`` groups), holds them ``--batch-s`` seconds (the generation time of a GPU
-  batch, which barely depends on how full the batch is), then writes each request's PlannerAction and
-  RolloutCompleted (the right answer for even rollout indexes, so every group has reward variance) and commits;
+  partitions are shared out as in a cluster). Like the real worker it runs up to ``--concurrency`` groups at
+  once; each group is held ``--group-s`` seconds from when the worker took it (its generation: on a GPU server
+  concurrent groups share batches, so the time barely depends on how many run), then each request's
+  PlannerAction and RolloutCompleted are written (the right answer for even rollout indexes, so every group has
+  reward variance) and the worker commits;
 - the trainer consumes ``training-samples`` in a group of its own: it drops a sample more than
   ``max_staleness`` versions behind (the trainer's rule), and every ``samples_per_step`` samples it holds
   ``--step-s`` seconds and announces the next version (a real file and its sha256, the lineage of the offsets
@@ -24,8 +25,8 @@ Per setting: rollouts/s over ``--measure-s`` seconds after ``--warmup-s`` second
 from the records' timestamps; versions published; samples dropped as stale. The workers and the trainer only
 sleep, so the figure is what admission and the event path allow, not what a model computes.
 
-Usage: python bench/bench_scaling.py [--workers 1 2 3] [--steps 8 64] [--batch-s 6] [--step-s 2]
-       [--measure-s 60] [--warmup-s 10] [--concurrency 4] [--group-size 8] [--tasks 600]
+Usage: python bench/bench_scaling.py [--workers 1 2 3] [--steps 8 64 96] [--group-s 6] [--step-s 2]
+       [--measure-s 45] [--warmup-s 10] [--concurrency 4] [--group-size 8] [--tasks 600]
 Not covered: KEDA itself (the replicas are started by hand), model time, the evaluator, A/B.
 """
 
@@ -59,22 +60,36 @@ from streamgrpo.topics.producer import EventProducer
 MAX_STALENESS = 1
 
 
-async def _worker(kafka: KafkaSettings, truths: dict[str, str], stop: threading.Event, batch: int,
-                  batch_s: float) -> None:
+async def _worker(kafka: KafkaSettings, truths: dict[str, str], stop: threading.Event, concurrency: int,
+                  group_size: int, group_s: float) -> None:
     group = f"rollout-{kafka.topic_prefix}"  # one group per setting: no member of an earlier one lingers
     async with EventConsumer(kafka, group, ["rollout-requests"], "bench-worker") as consumer:
         with EventProducer(kafka, "bench-worker") as producer:
-            while not stop.is_set():
-                recs = await consumer.poll(max_records=batch, timeout_ms=500)
-                requests = [r.event for r in recs if isinstance(r.event, R.RolloutRequest)]
-                if not requests:
-                    continue
-                await asyncio.sleep(batch_s)  # one batched generation
+            running: set[asyncio.Task[None]] = set()
+
+            async def one(requests: list[R.RolloutRequest]) -> None:
+                await asyncio.sleep(group_s)  # the group's generation
                 for req in requests:
                     for event in rollout_events(req, truths[str(req.envelope.task_id)]):
                         producer.send(event)
                 producer.flush()
-                await consumer.commit()
+
+            while not stop.is_set():
+                if len(running) >= concurrency:  # as many groups as [rollout] concurrency at once
+                    done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    groups: dict[str, list[R.RolloutRequest]] = {}
+                    free = (concurrency - len(running)) * group_size  # a whole group per free slot
+                    for rec in await consumer.poll(max_records=free, timeout_ms=200):
+                        if isinstance(rec.event, R.RolloutRequest):
+                            groups.setdefault(str(rec.event.envelope.group_id), []).append(rec.event)
+                    running |= {asyncio.create_task(one(reqs)) for reqs in groups.values()}
+                    done = {t for t in running if t.done()}
+                    running -= done
+                if done:
+                    await consumer.commit()  # a bench shortcut: commits what was polled, in flight or not
+            for task in running:
+                task.cancel()
 
 
 async def _trainer(kafka: KafkaSettings, store: Path, stop: threading.Event, samples_per_step: int,
@@ -139,8 +154,7 @@ def measure(kafka: KafkaSettings, work: Path, *, workers: int, samples_per_step:
         tasks = [R.Task(R.Envelope.new("scaling", task_id=f"scaling-{i}"), f"What is {i} plus 1?", "math",
                         args.group_size, [str(i + 1)]) for i in range(args.tasks)]
         truths = {str(t.envelope.task_id): t.ground_truths[0] for t in tasks}
-        threads = [_thread(_worker, kafka, truths, stop, args.concurrency * args.group_size, args.batch_s)
-                   for _ in range(workers)]
+        threads = [_thread(_worker, kafka, truths, stop, args.concurrency, args.group_size, args.group_s) for _ in range(workers)]
         threads.append(_thread(_trainer, kafka, store, stop, samples_per_step, args.step_s, trained))
         time.sleep(20)  # every consumer joined (Tansu answers a join after half the session timeout)
         with EventProducer(kafka, "scaling") as producer:
@@ -150,7 +164,7 @@ def measure(kafka: KafkaSettings, work: Path, *, workers: int, samples_per_step:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not read_topic(kafka, "rollouts", limit=1):
             time.sleep(1)
-        time.sleep(args.warmup_s + args.measure_s + 2)
+        time.sleep(args.warmup_s + args.measure_s + args.group_s + 3)  # the window's last groups finish too
     finally:
         stop.set()
         for thread in threads:
@@ -173,11 +187,11 @@ def measure(kafka: KafkaSettings, work: Path, *, workers: int, samples_per_step:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 3], help="scripted rollout workers")
-    ap.add_argument("--steps", type=int, nargs="+", default=[8, 64],
-                    help="[loop] samples_per_step to compare (8: the default; 64: the gpu overlay's)")
-    ap.add_argument("--batch-s", type=float, default=6.0, help="seconds a worker holds one batch (generation)")
+    ap.add_argument("--steps", type=int, nargs="+", default=[8, 64, 96],
+                    help="[loop] samples_per_step to compare (8: the default; 96: the gpu overlay's)")
+    ap.add_argument("--group-s", type=float, default=6.0, help="seconds a worker holds one group (its generation)")
     ap.add_argument("--step-s", type=float, default=2.0, help="seconds of one trainer step")
-    ap.add_argument("--measure-s", type=float, default=60.0)
+    ap.add_argument("--measure-s", type=float, default=45.0)
     ap.add_argument("--warmup-s", type=float, default=10.0)
     ap.add_argument("--concurrency", type=int, default=4, help="[rollout] concurrency: groups per worker batch")
     ap.add_argument("--group-size", type=int, default=8)
@@ -213,8 +227,9 @@ def summary(rows: list[dict[str, object]], args: argparse.Namespace) -> dict[str
         "vs_one_worker": {pace(r): {workers(x): round(float(x["rollouts_per_s"]) / one[pace(r)], 2)  # type: ignore[arg-type]
                                     for x in rows if pace(x) == pace(r)} for r in rows if one.get(pace(r))},
         "samples_stale": {pace(r): {workers(x): x["samples_stale"] for x in rows if pace(x) == pace(r)} for r in rows},
+        "versions_published": {pace(r): {workers(x): x["versions"] for x in rows if pace(x) == pace(r)} for r in rows},
         "complete_windows": all(bool(r["complete_window"]) for r in rows),
-        "batch_s": args.batch_s, "step_s": args.step_s, "measure_s": args.measure_s, "worker_batch":
+        "group_s": args.group_s, "step_s": args.step_s, "measure_s": args.measure_s, "worker_batch":
             args.concurrency * args.group_size, "max_staleness": MAX_STALENESS,
     }
 

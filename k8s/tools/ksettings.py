@@ -14,10 +14,12 @@
 - KEDA: a ScaledObject's Kafka trigger watches the consumer group the target's settings use
   (``[rollout] consumer_group`` / ``[judge] consumer_group``) and a bootstrap Service of the build;
 - pacing: the streams and trainer containers load the same ``[loop] samples_per_step`` and ``max_staleness``
-  (admission paces groups by the trainer's step), and a ScaledObject on ``rollout-requests`` can reach its
-  ``maxReplicaCount``: admission lets at most ``(1 + max_staleness) * samples_per_step`` requests wait or run,
-  and KEDA asks for ``ceil(lag / lagThreshold)`` workers, so replicas above ``ceil(budget / lagThreshold)``
-  are never started (the scaling that "adds nothing" of issue 21).
+  (admission paces groups by the trainer's step), and every worker a ScaledObject on ``rollout-requests`` may
+  start has a full batch (``lagThreshold``) to run: admission lets ``(1 + max_staleness) * samples_per_step``
+  samples wait for the trainer or run, up to one step of them wait, so the workers hold at most
+  ``max_staleness * samples_per_step`` requests at once, and ``maxReplicaCount * lagThreshold`` must fit in it.
+  Workers beyond it are started by KEDA for nothing or never started (the scaling that "added nothing" in
+  issue 21; ``bench/bench_scaling.py`` measures the throughput at both sides of the rule).
 
 What is not covered: whether images exist in their registries, whether the model names exist on
 the hub, anything that needs a running cluster.
@@ -332,7 +334,8 @@ def _check_pacing(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded)
                 out.append(Finding(ref(streams_w), f"[loop] {field} {getattr(streams, field)} != the trainer's "
                                                    f"{getattr(trainer, field)} ({ref(trainer_w)}): admission paces "
                                                    "groups by the trainer's step; set it once, in [loop]"))
-    budget = (1 + int(streams.max_staleness)) * int(streams.samples_per_step)
+    staleness, step = int(streams.max_staleness), int(streams.samples_per_step)
+    room = staleness * step  # the budget (1 + max_staleness) x step, less one step waiting for the trainer
     for so in (o for o in objs if o.get("kind") == "ScaledObject"):
         spec = so.get("spec") or {}
         for trig in spec.get("triggers") or []:
@@ -341,12 +344,14 @@ def _check_pacing(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded)
                 continue
             threshold = int(meta.get("lagThreshold") or 0)
             most = int(spec.get("maxReplicaCount", 100))
-            reachable = -(-budget // threshold) if threshold > 0 else most
-            if most > reachable:
-                out.append(Finding(ref(so), f"maxReplicaCount {most} is never reached: admission lets at most {budget} "
-                                            f"requests wait or run ((1 + max_staleness {streams.max_staleness}) x "
-                                            f"samples_per_step {streams.samples_per_step}) and lagThreshold is "
-                                            f"{threshold}, so KEDA asks for {reachable} worker(s) at most; raise [loop] "
-                                            f"samples_per_step to {-(-most * threshold // (1 + int(streams.max_staleness)))}"
-                                            f", or lower lagThreshold or maxReplicaCount"))
+            if most * threshold > room:
+                need = -(-most * threshold // staleness) if staleness else None
+                fix = (f"raise [loop] samples_per_step to {need}" if need
+                       else "max_staleness 0 leaves no room: raise it to 1")
+                out.append(Finding(ref(so), f"maxReplicaCount {most} x lagThreshold {threshold} = {most * threshold} "
+                                            f"requests in flight, but admission leaves the workers {room} (max_staleness "
+                                            f"{staleness} x samples_per_step {step}: its budget (1 + max_staleness) x "
+                                            f"samples_per_step less one step waiting for the trainer): room for "
+                                            f"{room // threshold if threshold else 0} worker batch(es), the other "
+                                            f"workers add nothing; {fix}, or lower lagThreshold or maxReplicaCount"))
     return out

@@ -191,7 +191,7 @@ def test_k8s_overlays_differ_where_intended(dev_objs: list[dict], gpu_objs: list
     assert not [o for o in gpu if o["kind"] == "Job"]
     assert _find(dev, "Job", "topics-ensure")["spec"]["template"]["spec"]["containers"][0]["args"] == ["topics", "ensure"]
     # scale on lag: min/max/cooldown per overlay; the model cache and adapter store on PVCs
-    for objs, rollout_max in ((dev, 2), (gpu, 3)):
+    for objs, rollout_max in ((dev, 1), (gpu, 3)):
         so = _find(objs, "ScaledObject", "rollout")["spec"]
         assert so["maxReplicaCount"] == rollout_max and so["triggers"][0]["metadata"]["consumerGroup"] == "rollout"
         vols = {v["name"]: v for v in _find(objs, "Deployment", "rollout")["spec"]["template"]["spec"]["volumes"]}
@@ -223,22 +223,23 @@ def test_k8s_judges_builtin_and_unrouted_sources_with_the_correctness_only_judge
 
 def test_k8s_gpu_sizes_admission_for_the_workers_keda_may_start_from_one_value(gpu_objs: list[dict]) -> None:
     """The gpu overlay types the trainer's step once (ConfigMap streamgrpo-pacing); the trainer and the fan-out both
-    read it, and the admission budget it gives, (1 + 1) x 64, covers maxReplicaCount x lagThreshold = 3 x 32.
-    Back at the default step (8) the validator names the workers KEDA could never start (issue 21: "autoscaling
-    adds nothing")."""
+    read it, and what admission leaves the workers, max_staleness 1 x 96, holds a full batch (lagThreshold 32) for
+    each of the maxReplicaCount 3 workers. Back at the default step (8) the validator names the workers that would
+    add nothing (issue 21: "autoscaling adds nothing") and the step that fixes it."""
     pacing = next(o for o in gpu_objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(
         "streamgrpo-pacing"))
-    assert pacing["data"] == {"samples_per_step": "64"}
+    assert pacing["data"] == {"samples_per_step": "96"}
     for deployment in ("trainer", "streams"):
         ref_ = _env(gpu_objs, deployment, "STREAMGRPO_LOOP__SAMPLES_PER_STEP")["valueFrom"]["configMapKeyRef"]
         assert ref_ == {"name": pacing["metadata"]["name"], "key": "samples_per_step"}
     rollout = _find(gpu_objs, "ScaledObject", "rollout")["spec"]
-    assert rollout["maxReplicaCount"] * int(rollout["triggers"][0]["metadata"]["lagThreshold"]) <= (1 + 1) * 64
-    assert "never reached" not in _messages(gpu_objs)
+    assert rollout["maxReplicaCount"] * int(rollout["triggers"][0]["metadata"]["lagThreshold"]) <= 1 * 96
+    assert "add nothing" not in _messages(gpu_objs)  # 3 x 32 fits in 96
     objs = copy.deepcopy(gpu_objs)
     next(o for o in objs if o["metadata"]["name"] == pacing["metadata"]["name"])["data"]["samples_per_step"] = "8"
-    assert "maxReplicaCount 3 is never reached: admission lets at most 16 requests" in _messages(objs)
-    assert "raise [loop] samples_per_step to 48" in _messages(objs)
+    found = _messages(objs)
+    assert "maxReplicaCount 3 x lagThreshold 32 = 96 requests in flight, but admission leaves the workers 8" in found
+    assert "room for 0 worker batch(es), the other workers add nothing; raise [loop] samples_per_step to 96" in found
 
 
 def test_k8s_third_party_is_pinned() -> None:
@@ -346,8 +347,8 @@ def _write_acl(name: str, pattern: str) -> dict:
     (lambda o: _find(o, "ConfigMap", "streamgrpo-config")["data"].update(
         {"streamgrpo.toml": o_toml(o) + '\n[trainr]\nlr = 1\n'}), "unknown section(s) [trainr]"),
     # pacing: admission, the trainer's step and KEDA's rollout threshold sized from one another
-    (lambda o: _find(o, "ScaledObject", "rollout")["spec"]["triggers"][0]["metadata"].update(lagThreshold="16"),
-     "maxReplicaCount 2 is never reached: admission lets at most 16 requests wait or run"),
+    (lambda o: _find(o, "ScaledObject", "rollout")["spec"].update(maxReplicaCount=2),
+     "maxReplicaCount 2 x lagThreshold 8 = 16 requests in flight, but admission leaves the workers 8"),
     (lambda o: _container(o, "trainer")["env"].append({"name": "STREAMGRPO_LOOP__SAMPLES_PER_STEP", "value": "16"}),
      "[loop] samples_per_step 8 != the trainer's 16"),
     (lambda o: _container(o, "judge")["env"].append({"name": "STREAMGRPO_JUDGE_LLM_API_KEY", "value": "k"}),
