@@ -35,6 +35,9 @@ class ChatEndpoint:
             from streamgrpo.errors import MissingExtraError
 
             raise MissingExtraError("ml", exc.name or "openai") from exc
+        from streamgrpo.redact import register_secrets_in
+
+        register_secrets_in(settings)  # every user of the key masks it: an endpoint may echo it in its errors
         self._openai, self.settings, s = openai, settings, settings
         self._client = openai.OpenAI(base_url=s.base_url, api_key=s.api_key.get_secret_value(), timeout=s.timeout_s,
                                      max_retries=0)

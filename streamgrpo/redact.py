@@ -10,8 +10,9 @@ body puts the API key into the exception message. Every exit of text goes throug
 - events: error and reason text built for ``Reward.error`` and ``DeadLetter.reason`` (the judge's
   fallback reasons and the judge service's emit step).
 
-:func:`register_secret` is called where a secret is loaded or used (the judge's LLM scorer
-registers its API key, the judge service every secret of its settings); :func:`register_secrets_in`
+:func:`register_secret` is called where a secret is loaded or used (the judge's chat endpoint,
+which every LLM-backed scorer calls through, registers its API key; the judge service every secret of its
+settings); :func:`register_secrets_in`
 walks a settings model for every ``SecretStr``.
 Each value is also matched in its JSON-escaped and URL-quoted forms (how an echo usually carries
 it). What is NOT covered: a secret transformed some other way (base64, truncated, split), and

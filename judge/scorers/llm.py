@@ -24,7 +24,7 @@ from streamgrpo.judge.scorers.base import Candidate, Score, SingleScorer, rubric
 from streamgrpo.judge.scorers.math import MathScorer, is_math_truth
 from streamgrpo.judge.scorers.qa import QAScorer
 from streamgrpo.judge.scorers.verdict import parse_verdict
-from streamgrpo.redact import redact, register_secrets_in
+from streamgrpo.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,6 @@ class LLMScorer(SingleScorer):
         endpoint: ChatEndpoint | None = None,
     ) -> None:
         self.settings = settings or LLMSettings()
-        register_secrets_in(self.settings)  # an endpoint may echo the key in its errors
         self.endpoint = endpoint or ChatEndpoint(self.settings)
         self.fallback = ProgrammaticFallback(self.settings.fallback, math_settings, qa_settings)
         self.rubric_hash = rubric_hash(

@@ -21,9 +21,10 @@ from streamgrpo.judge.decide import Reject, decide_reward
 from streamgrpo.judge.endpoint import ChatEndpoint
 from streamgrpo.judge.errors import JudgeCallError
 from streamgrpo.judge.scorers.base import Candidate
+from streamgrpo.judge.scorers.group_relative import GroupRelativeScorer
 from streamgrpo.judge.scorers.llm import LLMScorer
 from streamgrpo.log import setup_logging
-from streamgrpo.redact import MASK
+from streamgrpo.redact import MASK, redact
 
 #: what stands for the key: the endpoint masks the credential it echoes (first line of defence), the
 #: redaction path masks registered secrets (second); the text must show a mask, never the key
@@ -57,6 +58,17 @@ def test_the_fake_endpoint_really_echoes_the_key(endpoint_url: str, key: str) ->
     with pytest.raises(JudgeCallError) as info:
         ChatEndpoint(_settings(endpoint_url, key)).complete([{"role": "user", "content": "hi"}])
     assert key not in str(info.value)
+
+
+@pytest.mark.parametrize("scorer", [LLMScorer, GroupRelativeScorer])
+def test_every_llm_backed_scorer_registers_its_key_for_redaction(endpoint_url: str, scorer: type) -> None:
+    """The second line of defence holds for each scorer built outside the judge service (e.g. `replay train
+    --judge group_relative`): its key is registered when its endpoint is made, so any text redacted from then on
+    masks it. Before, only the LLM scorer registered it; the group-relative scorer did not."""
+    fresh = "sk-live-" + uuid.uuid4().hex
+    assert redact(f"echo: {fresh}") == f"echo: {fresh}"  # not registered by anything else
+    scorer(_settings(endpoint_url, fresh))
+    assert redact(f"echo: {fresh}") == f"echo: {MASK}"
 
 
 def _rollout() -> R.RolloutCompleted:
