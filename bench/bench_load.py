@@ -33,6 +33,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import _paths  # noqa: F401 - tests/ on sys.path for support.streams
@@ -83,36 +85,53 @@ def rate(n: int, start_ms: int, end_ms: int) -> float:
     return round(n / max((end_ms - start_ms) / 1000, 1e-3), 1)
 
 
-def measure(kafka: KafkaSettings, work: Path, n_tasks: int, group_size: int, timeout_s: float) -> dict[str, object]:
+def math_tasks(service: str, n: int, group_size: int) -> tuple[list[R.Task], dict[str, str]]:
+    """``n`` one-line math Tasks ("What is i plus 1?", source ``math``) and their truths by task id."""
+    tasks = [R.Task(R.Envelope.new(service, task_id=f"{service}-{i}"), f"What is {i} plus 1?", "math", group_size,
+                    [str(i + 1)]) for i in range(n)]
+    return tasks, {str(t.envelope.task_id): t.ground_truths[0] for t in tasks}
+
+
+def submit(kafka: KafkaSettings, service: str, tasks: list[R.Task]) -> None:
+    with EventProducer(kafka, service) as producer:
+        for t in tasks:
+            producer.send(t)
+        producer.flush()
+
+
+@contextmanager
+def event_path(kafka: KafkaSettings, work: Path, streams_settings: dict[str, object]) -> Iterator[None]:
+    """The real ``streamgrpo streams --only fanout,window`` (with ``streams_settings``) and ``streamgrpo judge`` as
+    subprocesses on ``kafka``, logging under ``work``; stopped on exit."""
     env = dict(os.environ, STREAMGRPO_KAFKA__TOPIC_PREFIX=kafka.topic_prefix, STREAMGRPO_KAFKA__SESSION_TIMEOUT_MS="3000",
                STREAMGRPO_JUDGE__METRICS_PORT="0")
-    streams = WorkerProcess(kafka, "fanout,window", work / "streams",
-                            {"max_groups_in_flight": 100_000, "samples_per_step": 4096, "max_staleness": 100_000,
-                             "metrics_port": 0}, log_path=work / "streams.log")
+    streams = WorkerProcess(kafka, "fanout,window", work / "streams", {**streams_settings, "metrics_port": 0},
+                            log_path=work / "streams.log")
     with open(work / "judge.log", "wb") as log:
         judge = subprocess.Popen([sys.executable, "-m", "streamgrpo.cli", "judge", "--bootstrap", str(kafka.bootstrap)],
                                  env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
+        yield
+    finally:
+        streams.stop()
+        judge.terminate()
+        judge.wait(30)
+
+
+def measure(kafka: KafkaSettings, work: Path, n_tasks: int, group_size: int, timeout_s: float) -> dict[str, object]:
+    with event_path(kafka, work, {"max_groups_in_flight": 100_000, "samples_per_step": 4096,
+                                  "max_staleness": 100_000}):
         time.sleep(20)  # both consumers joined (Tansu answers a join after half the session timeout)
-        tasks = [R.Task(R.Envelope.new("load", task_id=f"load-{i}"), f"What is {i} plus 1?", "math", group_size,
-                        [str(i + 1)]) for i in range(n_tasks)]
-        truths = {str(t.envelope.task_id): t.ground_truths[0] for t in tasks}
+        tasks, truths = math_tasks("load", n_tasks, group_size)
         done = threading.Event()
         driver = threading.Thread(target=drive, args=(kafka, truths, n_tasks * group_size, done), daemon=True)
         driver.start()
-        with EventProducer(kafka, "load") as producer:
-            for t in tasks:
-                producer.send(t)
-            producer.flush()
+        submit(kafka, "load", tasks)
         expected = n_tasks * group_size
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and len(read_topic(kafka, "training-samples")) < expected:
             time.sleep(2)
         done.set()
-    finally:
-        streams.stop()
-        judge.terminate()
-        judge.wait(30)
     got = {t: read_topic(kafka, t) for t in ("tasks", "rollout-requests", "planner-actions", "rollouts", "rewards",
                                               "groups", "training-samples")}
     ts = {t: sorted(r.timestamp_ms for r in recs) for t, recs in got.items()}

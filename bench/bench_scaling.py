@@ -37,8 +37,6 @@ import asyncio
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -46,8 +44,7 @@ import uuid
 from pathlib import Path
 
 import _paths  # noqa: F401 - tests/ on sys.path for support.streams
-from bench_load import rollout_events
-from support.streams import WorkerProcess
+from bench_load import event_path, math_tasks, rollout_events, submit
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
@@ -137,41 +134,27 @@ def _thread(coro_fn, *args) -> threading.Thread:  # type: ignore[no-untyped-def]
 
 def measure(kafka: KafkaSettings, work: Path, *, workers: int, samples_per_step: int, args: argparse.Namespace
             ) -> dict[str, object]:
-    env = dict(os.environ, STREAMGRPO_KAFKA__TOPIC_PREFIX=kafka.topic_prefix,
-               STREAMGRPO_KAFKA__SESSION_TIMEOUT_MS="3000", STREAMGRPO_JUDGE__METRICS_PORT="0")
-    streams = WorkerProcess(kafka, "fanout,window", work / "streams",
-                            {"samples_per_step": samples_per_step, "max_staleness": MAX_STALENESS,
-                             "max_groups_in_flight": 10_000, "canary_share": 0, "metrics_port": 0},
-                            log_path=work / "streams.log")
-    with open(work / "judge.log", "wb") as log:
-        judge = subprocess.Popen([sys.executable, "-m", "streamgrpo.cli", "judge", "--bootstrap", str(kafka.bootstrap)],
-                                 env=env, stdout=log, stderr=subprocess.STDOUT)
     stop = threading.Event()
     trained: dict[str, int] = {}
     store = work / "store"
     store.mkdir(parents=True, exist_ok=True)
-    try:
-        tasks = [R.Task(R.Envelope.new("scaling", task_id=f"scaling-{i}"), f"What is {i} plus 1?", "math",
-                        args.group_size, [str(i + 1)]) for i in range(args.tasks)]
-        truths = {str(t.envelope.task_id): t.ground_truths[0] for t in tasks}
-        threads = [_thread(_worker, kafka, truths, stop, args.concurrency, args.group_size, args.group_s) for _ in range(workers)]
+    tasks, truths = math_tasks("scaling", args.tasks, args.group_size)
+    with event_path(kafka, work, {"samples_per_step": samples_per_step, "max_staleness": MAX_STALENESS,
+                                  "max_groups_in_flight": 10_000, "canary_share": 0}):
+        threads = [_thread(_worker, kafka, truths, stop, args.concurrency, args.group_size, args.group_s)
+                   for _ in range(workers)]
         threads.append(_thread(_trainer, kafka, store, stop, samples_per_step, args.step_s, trained))
-        time.sleep(20)  # every consumer joined (Tansu answers a join after half the session timeout)
-        with EventProducer(kafka, "scaling") as producer:
-            for t in tasks:
-                producer.send(t)
-            producer.flush()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not read_topic(kafka, "rollouts", limit=1):
-            time.sleep(1)
-        time.sleep(args.warmup_s + args.measure_s + args.group_s + 3)  # the window's last groups finish too
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(30)
-        streams.stop()
-        judge.terminate()
-        judge.wait(30)
+        try:
+            time.sleep(20)  # every consumer joined (Tansu answers a join after half the session timeout)
+            submit(kafka, "scaling", tasks)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not read_topic(kafka, "rollouts", limit=1):
+                time.sleep(1)
+            time.sleep(args.warmup_s + args.measure_s + args.group_s + 3)  # the window's last groups finish too
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(30)
     stamps = sorted(r.timestamp_ms for r in read_topic(kafka, "rollouts") if isinstance(r.event, R.RolloutCompleted))
     start = (stamps[0] if stamps else 0) + int(args.warmup_s * 1000)
     end = start + int(args.measure_s * 1000)

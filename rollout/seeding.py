@@ -27,6 +27,7 @@ from streamgrpo.avro import records as R
 
 def draw_seed(sampling_seed: int, request: R.RolloutRequest, turn: int, role: str) -> int:
     """The seed of ``role``'s call at ``turn`` of ``request``'s trajectory (see module docstring)."""
-    key = "\x1f".join(str(part) for part in (sampling_seed, request.source, request.question, ids.attempt_of(request.metadata),
-                                             request.rollout_index, turn, role))
+    parts = (sampling_seed, request.source, request.question, ids.attempt_of(request.metadata),
+             request.rollout_index, turn, role)
+    key = "\x1f".join(str(part) for part in parts)
     return ids.derived_seed(key)

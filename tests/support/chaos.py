@@ -257,8 +257,7 @@ def _tasks_to_groups(tasks: list[Received], requests: list[Received], closures: 
     for r in tasks:
         task = r.event
         assert isinstance(task, R.Task)
-        attempt = int(task.metadata.get("attempt", "0") or 0)
-        task_groups.add(ids.group_id(str(task.envelope.task_id), attempt))
+        task_groups.add(ids.group_id(str(task.envelope.task_id), ids.attempt_of(task.metadata)))  # as the fan-out does
     known = {str(r.event.envelope.task_id) for r in tasks if r.event is not None}
     for r in requests:  # the curriculum's further groups of a task (streams/curriculum.py)
         req = r.event
