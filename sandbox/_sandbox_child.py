@@ -20,6 +20,7 @@ It runs as ``python -I -B /sandbox/bootstrap.py key=value,...`` INSIDE the bubbl
    not this bootstrap).
 """
 
+import _thread
 import os
 import resource
 import sys
@@ -78,10 +79,24 @@ def rlimit_values(cfg):
             "nofile": (cfg["max_open_files"],) * 2, "nproc": (cfg["max_processes"],) * 2, "core": (0, 0)}
 
 
+THREAD_STACK_BYTES = 3 * 1024 * 1024
+"""The stack each new thread reserves (the program may change it with ``threading.stack_size``).
+
+``memory_mb`` is RLIMIT_AS, and glibc's default thread stack is RLIMIT_STACK, 8 MiB. A detached
+thread (every Python thread) cannot unmap its own stack as it exits, and with no stack cache
+(``glibc.pthread.stack_cache_size=0``) the stack is unmapped only when another thread starts or
+exits; threads that exit together leave theirs mapped: 8 threads then an 80 MiB buffer under
+``memory_mb=128`` failed in CI when 4 or more of the 8 MiB stacks were left. 3 MiB leaves at most
+24 MiB for 8 threads. Measured need: a thread recursing to the default recursion limit through C
+(``sorted`` with a key calling back) crashed at 1.5 MiB and ran at 1.75 MiB."""
+
+
 def set_limits(cfg):
-    """Kernel-enforced limits (see :func:`rlimit_values`)."""
+    """Kernel-enforced limits (see :func:`rlimit_values`), and the stack of new threads
+    (:data:`THREAD_STACK_BYTES`)."""
     for name, value in rlimit_values(cfg).items():
         resource.setrlimit(RLIMITS[name], value)
+    _thread.stack_size(THREAD_STACK_BYTES)
 
 
 def _capabilities(libc, ctypes):
@@ -174,6 +189,7 @@ def probe(cfg):
     }
     set_limits(cfg)
     report["rlimits"] = {name: list(resource.getrlimit(which)) for name, which in RLIMITS.items()}
+    report["thread_stack"] = _thread.stack_size()
     return json.dumps(report)
 
 

@@ -29,7 +29,9 @@ What every call gets (:func:`bwrap_argv`):
   up to 40 MiB of exited threads' stacks it keeps for reuse. How much depends on how the threads
   happened to overlap, so a program that fits on one machine failed on another (8 threads, then an
   80 MiB buffer under ``memory_mb=128``). One arena and no stack cache make ``memory_mb`` count what
-  the program holds.
+  the program holds, but for the stacks of threads that exited together, which glibc unmaps only when
+  another thread starts or exits: new threads get 3 MiB stacks, not 8
+  (``_sandbox_child.THREAD_STACK_BYTES``), so 8 of them leave at most 24 MiB.
 
 The probe (:func:`check_probe`, :func:`check_userns_probe`) checks each of these from inside: the
 identity, no-new-privs, no capabilities, the seccomp filter's effects (fork, socket families, memfd,
@@ -57,7 +59,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamgrpo.sandbox._sandbox_child import rlimit_values
+from streamgrpo.sandbox._sandbox_child import THREAD_STACK_BYTES, rlimit_values
 from streamgrpo.sandbox.config import SandboxSettings
 from streamgrpo.sandbox.errors import SandboxUnavailableError
 from streamgrpo.sandbox.sandbox_cgroup import CgroupPlan
@@ -275,7 +277,7 @@ def _expected_report(plan: JailPlan, settings: SandboxSettings) -> dict[str, obj
             "fork_errno": 0 if settings.allow_fork else errno.EPERM, "families_open": [], "memfd_errno": errno.EPERM,
             "ipc_errnos": dict.fromkeys(("shmget", "msgget", "semget", "mq_open"), errno.EPERM),
             "tmpfs_bytes": settings.disk_mb * 1024 * 1024,
-            "rlimits": {k: list(v) for k, v in rlimit_values(cfg).items()}}
+            "rlimits": {k: list(v) for k, v in rlimit_values(cfg).items()}, "thread_stack": THREAD_STACK_BYTES}
 
 
 def check_probe(report: dict[str, object], status: Sequence[dict[str, object]], plan: JailPlan,

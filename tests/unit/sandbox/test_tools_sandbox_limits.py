@@ -78,22 +78,37 @@ def test_a_bwrap_whose_seccomp_filter_allows_everything_is_refused(wrapper_dir: 
 def test_a_forking_program_gets_no_more_memory_than_the_call_has_and_threads_still_work() -> None:
     # issue 24: 6 forked children used 527 MB against memory_mb=128 (each had its own RLIMIT_AS).
     # The 8 threads run at once and each mallocs outside pymalloc, glibc's worst case for address space it
-    # reserves but the program never uses (an arena per thread, a cache of exited stacks): CI failed the
-    # 80 MiB buffer after threads that happened to overlap; the jail's GLIBC_TUNABLES make it fit.
+    # reserves but the program never uses (an arena per thread: the jail's GLIBC_TUNABLES). The 80 MiB buffer
+    # is taken while all 8 threads are alive, every stack mapped: the most that exited threads can leave
+    # mapped too (CI failed the buffer after threads that happened to exit together, with 8 MiB stacks).
     code = ("import os, threading\nheld = 0\nfor i in range(6):\n    try:\n        pid = os.fork()\n"
             "    except OSError as e:\n        print('fork refused:', e)\n        break\n    if pid == 0:\n"
             "        x = bytearray(80 * 2 ** 20)\n        os._exit(0)\n    held += 80 if os.waitpid(pid, 0)[1] == 0 else 0\n"
-            "out = []\nmeet = threading.Barrier(8, timeout=20)\n"
+            "out = []\nmeet = threading.Barrier(8, timeout=20)\ndone = threading.Barrier(9, timeout=20)\n"
+            "release = threading.Event()\n"
             "def work(i):\n    meet.wait()\n    buf = bytearray(64 * 1024)\n    out.append(sum(range(i * 1000)) + buf[0])\n"
-            "    meet.wait()\n"
+            "    done.wait()\n    release.wait(20)\n"
             "ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]\n"
-            "for t in ts:\n    t.start()\nfor t in ts:\n    t.join()\nprint('threads', len(out), max(out))\n"
-            "x = bytearray(80 * 2 ** 20)\nheld += 80\nprint('held MiB', held)\n")
-    for _ in range(3):  # the overlap is the scheduler's: three calls
+            "for t in ts:\n    t.start()\ndone.wait()\nx = bytearray(80 * 2 ** 20)\nheld += 80\nrelease.set()\n"
+            "for t in ts:\n    t.join()\nprint('threads', len(out), max(out))\n"
+            "del x\nx = bytearray(80 * 2 ** 20)\nprint('held MiB', held)\n")
+    for _ in range(3):  # how the threads exit is the scheduler's: three calls
         run = run_sandboxed(code, SandboxSettings(memory_mb=128, **JAIL_ONLY))
         assert run.returncode == 0, run.stderr
         assert run.stdout.splitlines() == ["fork refused: [Errno 1] Operation not permitted",
                                            f"threads 8 {sum(range(7000))}", "held MiB 80"]
+
+
+def test_a_thread_recursing_to_the_recursion_limit_through_c_has_stack_enough() -> None:
+    # the jail's thread stacks are 3 MiB, not 8 (see the test above): this recursion crashed at 1.5 MiB
+    code = ("import threading\nres = []\n"
+            "def g(n):\n    return sorted([1], key=lambda x: g(n - 1))[0] if n else 0\n"
+            "def work():\n    nest = []\n    for _ in range(980):\n        nest = [nest]\n    res.append(len(repr(nest)))\n"
+            "    try:\n        g(10 ** 6)\n    except RecursionError:\n        res.append('recursion limit')\n"
+            "t = threading.Thread(target=work)\nt.start()\nt.join()\nprint(threading.stack_size() >> 20, res)\n")
+    run = run_sandboxed(code, SandboxSettings(memory_mb=128, **JAIL_ONLY))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "3 [1962, 'recursion limit']"
 
 
 def test_memory_outside_every_rlimit_and_foreign_socket_families_are_refused() -> None:
