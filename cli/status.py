@@ -32,7 +32,8 @@ Which loop: the configured Kafka, else ``--run ID``, else the latest live ``stre
 Works against the embedded broker and any Kafka (the same ``[kafka]`` settings as the services).
 Not covered: groups requested before ``--window`` that are still open (topic fallback only), and
 exactness on a busy cluster (figures are read one after another, not as one snapshot; each topic read stops
-after 15 s, so a ``groups`` log too long to read in that time gives a partial control-arm count).
+after 15 s: a whole-topic fold then says PARTIAL and reads on at the next ``--watch`` refresh, which reads only
+the records that arrived since the last one).
 """
 
 from __future__ import annotations
@@ -51,12 +52,10 @@ from streamgrpo.cli.status_topics import (
     SAMPLES_TOPIC,
     Lag,
     Reader,
-    adapter_events,
-    adapter_versions,
+    WholeRun,
     consumer_lags,
     dead_letters,
     groups_in_flight,
-    loop_figures,
     served_from_topics,
 )
 from streamgrpo.config import KafkaSettings, load
@@ -114,6 +113,18 @@ class Report:
     last_dead_letter: dict[str, str] = field(default_factory=dict)
     services: list[Service] = field(default_factory=list)
     loop: dict[str, float] = field(default_factory=dict)  # LOOP_KEYS of Progress.loop_closure()
+    partial: list[str] = field(default_factory=list)  # whole-topic folds whose read stopped short (see status_topics)
+
+
+class TopicView:
+    """The topic reader and the whole-run fold of one ``status``, kept between ``--watch`` refreshes."""
+
+    def __init__(self, kafka: KafkaSettings, canary_share: float) -> None:
+        self.reader = Reader(kafka)
+        self.run = WholeRun(canary_share)
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 def service_ports(config_path: str | None, evaluator: bool = False) -> dict[str, int]:
@@ -166,8 +177,10 @@ def last_error(value: Any) -> dict[str, Any] | None:
 
 
 def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: float = 0.0, window_s: float = 3600.0,
-            timeout_s: float = 2.0, run_id: str = "") -> Report:
-    """Everything ``status`` shows, as data. Unreachable endpoints are reported, never raised."""
+            timeout_s: float = 2.0, run_id: str = "", view: TopicView | None = None) -> Report:
+    """Everything ``status`` shows, as data. Unreachable endpoints are reported, never raised. ``view``: the reader
+    and folds of the previous refresh (``--watch``), which then read only what arrived since; without it, a
+    fresh one, closed on return."""
     from confluent_kafka import KafkaException
 
     from streamgrpo.topics.clients import bootstrap
@@ -176,23 +189,27 @@ def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: floa
     report = Report(at=time.time(), bootstrap=bootstrap(kafka), prefix=kafka.topic_prefix, run_id=run_id)
     ours = {"run_id": run_id, "topic_prefix": kafka.topic_prefix, "bootstrap": report.bootstrap}
     report.services, readings = probe_services(targets, timeout_s, ours)
-    reader = Reader(kafka)
+    own = view is None
     try:
-        _fill_from_topics(report, reader, readings, canary_share, window_s)
+        view = TopicView(kafka, canary_share) if view is None else view
+        view.reader.refresh()
+        _fill_from_topics(report, view, readings, window_s)
     except (KafkaException, TopicsError) as exc:
         raise TopicsError(f"Kafka at {report.bootstrap} did not answer ({exc}); check [kafka] bootstrap "
                           "(STREAMGRPO_KAFKA__BOOTSTRAP) or start the embedded broker") from exc
     finally:
-        reader.close()
+        if own and view is not None:
+            view.close()
     return report
 
 
-def _fill_from_topics(report: Report, reader: Reader, readings: dict[str, M.Reading], canary_share: float,
-                      window_s: float) -> None:
+def _fill_from_topics(report: Report, view: TopicView, readings: dict[str, M.Reading], window_s: float) -> None:
     """Every figure that comes from the topics (endpoint readings preferred where they answer)."""
+    reader = view.reader
     report.lags = consumer_lags(reader)
-    announced = adapter_events(reader)  # one read for both folds below
-    report.versions, report.registry = adapter_versions(reader, announced, canary_share)
+    view.run.update(reader)
+    report.versions, report.registry, report.loop = view.run.versions(), dict(view.run.registry), view.run.loop()
+    report.partial = sorted(reader.partial)
     rollout = readings.get("rollout")
     served = [v for lbl, v in (rollout.series("streamgrpo_adapter_version") if rollout and rollout.up else [])
               if lbl.get("role") == "served"]
@@ -211,7 +228,6 @@ def _fill_from_topics(report: Report, reader: Reader, readings: dict[str, M.Read
     report.samples_waiting = sum(lag.lag for lag in trainer) if trainer else sum(reader.ends(SAMPLES_TOPIC).values())
     dead = dead_letters(reader)
     report.dead_letters, report.dead_letter_reasons, report.last_dead_letter = dead.count, dead.reasons, dead.last
-    report.loop = loop_figures(reader, announced)
 
 
 def _ago(t: float, now: float) -> str:
@@ -237,6 +253,9 @@ def render(r: Report) -> str:
                      f"{r.loop['samples_dropped_stale']:.0f} (stale share {100 * r.loop['stale_share']:.1f} %)")
         lines.append(f"A/B        control arm, judged for the comparison only (no samples): "
                      f"{r.loop['control_arm_groups']:.0f} groups, {r.loop['control_arm_rollouts']:.0f} rollouts")
+    if r.partial:
+        lines.append(f"PARTIAL    {', '.join(r.partial)}: not read to the end within 15 s; the figures above count "
+                     "what was read (`status --watch` reads on from there at each refresh)")
     reasons = ", ".join(f"{k} {n}" for k, n in r.dead_letter_reasons.items())
     lines.append(f"dead letters, last hour {r.dead_letters}{f' ({reasons})' if reasons else ''}")
     for consumer, what in r.last_dead_letter.items():
@@ -310,18 +329,22 @@ def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tu
     ports = service_ports(str(run_config) if config_path is None and run_config and run_config.is_file()
                           else config_path, evaluator=run is not None)
     targets = _targets(ports, host, endpoints)
-    while True:
-        report = collect(kafka, targets, canary_share=loop.canary_share, window_s=window_s, timeout_s=timeout_s,
-                         run_id=run.run_id if run else loop.run_id)
-        if as_json:
-            click.echo(json.dumps(asdict(report), default=str))
-        else:
-            if watch:
-                click.clear()
-            click.echo(render(report))
-        if not watch:
-            return
-        try:
-            time.sleep(watch)
-        except KeyboardInterrupt:
-            return
+    view = TopicView(kafka, loop.canary_share)
+    try:
+        while True:
+            report = collect(kafka, targets, canary_share=loop.canary_share, window_s=window_s, timeout_s=timeout_s,
+                             run_id=run.run_id if run else loop.run_id, view=view)
+            if as_json:
+                click.echo(json.dumps(asdict(report), default=str))
+            else:
+                if watch:
+                    click.clear()
+                click.echo(render(report))
+            if not watch:
+                return
+            try:
+                time.sleep(watch)
+            except KeyboardInterrupt:
+                return
+    finally:
+        view.close()

@@ -5,8 +5,10 @@ against ``groups``), dead letters of the last hour, and the loop's stale share a
 report's fold over ``adapter-events`` and ``groups``). The endpoints, the report and the screen are
 :mod:`streamgrpo.cli.status`'s.
 
-Not covered: a consistent snapshot (each figure is read on its own) and topics too long to read in 15 s (each
-read stops then, partial). Records that do not decode or are another event type are skipped.
+The whole-topic folds (:class:`WholeRun`) read each record once per ``status --watch``: every refresh reads only
+what arrived since the last. Not covered: a consistent snapshot (each figure is read on its own); a read stops
+after 15 s (a whole-topic read then resumes at the next refresh and the screen says which topics are partial;
+a windowed read is partial). Records that do not decode or are another event type are skipped.
 """
 
 from __future__ import annotations
@@ -47,14 +49,17 @@ class DeadLetters:
 class Reader:
     """Group-less reads of the catalog topics (confluent-kafka), true ends included."""
 
-    def __init__(self, kafka: KafkaSettings) -> None:
+    def __init__(self, kafka: KafkaSettings, read_s: float = 15.0) -> None:
         from confluent_kafka import Consumer
 
         from streamgrpo.topics.clients import client_config
 
         self.kafka = kafka
         self.consumer = Consumer(client_config(kafka, **{"group.id": GROUP, "enable.auto.commit": False}))
+        self.read_s = read_s
         self._ends: dict[str, dict[int, int]] = {}
+        self._next: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset of the reads by `new`
+        self.partial: set[str] = set()  # topics whose last `new` read stopped before the end
 
     def physical(self, topic: str) -> str:
         return f"{self.kafka.topic_prefix}{topic}"
@@ -72,15 +77,16 @@ class Reader:
             self._ends[topic] = {p: end for (_, p), (_, end) in sorted(bounds.items())}
         return self._ends[topic]
 
+    def refresh(self) -> None:
+        """Forget the partition ends read so far: the next figure reads them again (``status --watch``)."""
+        self._ends.clear()
+
     def since(self, topic: str, kind: type | tuple[type, ...], since_ms: int | None = None,
               last: int | None = None) -> list[Any]:
         """Decoded events of type ``kind`` on ``topic`` from ``since_ms`` (or the ``last`` records per partition)
         to its end; records that do not decode or are another type are skipped (the dead-letter path's business,
         not the status screen's)."""
         from confluent_kafka import TopicPartition
-
-        from streamgrpo.avro.codec import Codec
-        from streamgrpo.avro.errors import DecodeError
 
         ends = self.ends(topic)
         starts = {p: 0 for p in ends}
@@ -90,15 +96,45 @@ class Reader:
             starts = {tp.partition: (tp.offset if tp.offset >= 0 else ends[tp.partition]) for tp in found}
         if last is not None:
             starts = {p: max(0, ends[p] - last) for p in ends}
-        todo = {p for p in ends if starts[p] < ends[p]}
+        return self._read(topic, kind, starts)[0]
+
+    def new(self, topic: str, kind: type | tuple[type, ...]) -> list[Any]:
+        """Decoded events of type ``kind`` on ``topic`` that this reader has not read by ``new`` before: the
+        whole topic the first time, then what arrived since (a ``--watch`` refresh reads only that). A read
+        cut short by its 15 s resumes where it stopped at the next call, and ``topic`` is in :attr:`partial`
+        until one reaches the end."""
+        ends = self.ends(topic)
+        events, reached = self._read(topic, kind, {p: self._next.get((topic, p), 0) for p in ends})
+        self._next.update({(topic, p): offset for p, offset in reached.items()})
+        if any(reached[p] < end for p, end in ends.items()):
+            self.partial.add(topic)
+        else:
+            self.partial.discard(topic)
+        return events
+
+    def _read(self, topic: str, kind: type | tuple[type, ...], starts: dict[int, int],
+              ) -> tuple[list[Any], dict[int, int]]:
+        """The events of type ``kind`` from ``starts`` to the ends, and the next offset of each partition (its
+        start where nothing was read): at most 15 s, then what was read."""
+        from confluent_kafka import TopicPartition
+
+        from streamgrpo.avro.codec import Codec
+        from streamgrpo.avro.errors import DecodeError
+
+        ends = self.ends(topic)
+        reached = {p: min(starts.get(p, 0), end) for p, end in ends.items()}
+        todo = {p for p in ends if reached[p] < ends[p]}
         if not todo:
-            return []
+            return [], reached
         codec, out = Codec(self.kafka.schema_registry_url), []
-        self.consumer.assign([TopicPartition(self.physical(topic), p, starts[p]) for p in todo])
-        deadline = time.monotonic() + 15
+        self.consumer.assign([TopicPartition(self.physical(topic), p, reached[p]) for p in todo])
+        deadline = time.monotonic() + self.read_s
         while todo and time.monotonic() < deadline:
             msg = self.consumer.poll(0.5)
             if msg is None or msg.error():
+                continue
+            partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+            if partition not in todo or offset < reached[partition]:
                 continue
             try:
                 event = codec.decode(msg.value() or b"")
@@ -106,11 +142,11 @@ class Reader:
                 event = None
             if isinstance(event, kind):
                 out.append(event)
-            partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+            reached[partition] = offset + 1
             if offset + 1 >= ends[partition]:
                 todo.discard(partition)
         self.consumer.unassign()
-        return out
+        return out, reached
 
     def close(self) -> None:
         self.consumer.close()
@@ -140,25 +176,6 @@ def consumer_lags(reader: Reader) -> list[Lag]:
     return out
 
 
-def adapter_events(reader: Reader) -> list[Any]:
-    """Every decodable record of adapter-events, read once per refresh for the folds that need it."""
-    return reader.since(ADAPTER_TOPIC, object)
-
-
-def adapter_versions(reader: Reader, events: list[Any], canary_share: float, adapter_name: str = "planner",
-                     ) -> tuple[dict[str, int | None], dict[int, str]]:
-    """(published/primary/canary from the adapter-events ``events``, {version: status} from adapter-registry)."""
-    from streamgrpo.avro import records as R
-    from streamgrpo.models.registry import AdapterRegistry
-
-    registry_fold = AdapterRegistry(canary_share)
-    for ev in events:  # the fold ignores other event types itself
-        registry_fold.apply(ev)
-    registry = {ev.version: ev.status.value for ev in reader.since(REGISTRY_TOPIC, R.AdapterState)}
-    line = registry_fold.line(adapter_name)
-    return {"published": line.latest, "primary": line.primary, "canary": line.canary}, registry
-
-
 def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
     """Newest adapter version in each worker instance's recent RolloutCompleted records."""
     from streamgrpo.avro import records as R
@@ -175,19 +192,38 @@ def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
 LOOP_KEYS = ("samples_trained", "samples_dropped_stale", "stale_share", "control_arm_groups", "control_arm_rollouts")
 
 
-def loop_figures(reader: Reader, events: list[Any]) -> dict[str, float]:
-    """Stale share and A/B control arm over the whole run: every ``AdapterPublished`` of the adapter-events
-    ``events`` and every ``GroupClosed`` fed to the run report's fold (:class:`~streamgrpo.cli.progress.Progress`),
-    never a second computation."""
-    from streamgrpo.avro import records as R
-    from streamgrpo.cli.progress import Progress
+class WholeRun:
+    """The figures that fold whole topics: adapter versions published / primary / canary (``adapter-events``),
+    the statuses of ``adapter-registry``, and the loop's stale share and A/B control arm (every
+    ``AdapterPublished`` and ``GroupClosed``). One fold, the run report's
+    (:class:`~streamgrpo.cli.progress.Progress`, whose registry fold is :mod:`streamgrpo.models.registry`'s),
+    never a second computation; fed by :meth:`Reader.new`, so each ``status --watch`` refresh reads only the
+    records that arrived since the last one."""
 
-    progress = Progress()
-    published = [ev for ev in events if isinstance(ev, R.AdapterPublished)]
-    for ev in (*published, *reader.since(catalog.GROUPS, R.GroupClosed)):
-        progress.apply(ev)
-    closure = progress.loop_closure()
-    return {key: closure[key] for key in LOOP_KEYS}
+    def __init__(self, canary_share: float, adapter_name: str = "planner") -> None:
+        from streamgrpo.cli.progress import Progress
+
+        self.progress = Progress(canary_share=canary_share)
+        self.adapter_name = adapter_name
+        self.registry: dict[int, str] = {}
+
+    def update(self, reader: Reader) -> None:
+        from streamgrpo.avro import records as R
+
+        for ev in reader.new(ADAPTER_TOPIC, R.Event):  # the folds ignore the types they do not use
+            self.progress.apply(ev)
+        for state in reader.new(REGISTRY_TOPIC, R.AdapterState):
+            self.registry[state.version] = state.status.value
+        for closed in reader.new(catalog.GROUPS, R.GroupClosed):
+            self.progress.apply(closed)
+
+    def versions(self) -> dict[str, int | None]:
+        line = self.progress.registry.line(self.adapter_name)
+        return {"published": line.latest, "primary": line.primary, "canary": line.canary}
+
+    def loop(self) -> dict[str, float]:
+        closure = self.progress.loop_closure()
+        return {key: closure[key] for key in LOOP_KEYS}
 
 
 def groups_in_flight(reader: Reader, window_s: float) -> int:

@@ -17,7 +17,8 @@ from streamgrpo import metrics as M
 from streamgrpo.avro import records as R
 from streamgrpo.avro.ids import derived_id
 from streamgrpo.cli import cli
-from streamgrpo.cli.status import collect, render
+from streamgrpo.cli.status import TopicView, collect, render
+from streamgrpo.cli.status_topics import Reader
 from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle.pacing import CONTROL_ARM
 from streamgrpo.topics.clients import client_config
@@ -144,6 +145,63 @@ def test_status_prefers_endpoints_when_up(kafka_ns: KafkaSettings) -> None:
     assert report.served == {f"endpoint 127.0.0.1:{rollout_port}": 5}
     assert report.served_source == "rollouts topic + rollout endpoint"
     assert report.versions == {"published": 0, "primary": 0, "canary": None} and report.lags == []
+
+
+def test_a_watch_refresh_reads_only_what_arrived_and_folds_it_into_the_same_figures(kafka_ns: KafkaSettings) -> None:
+    _produce(kafka_ns)
+    reader = Reader(kafka_ns)
+    try:
+        first = reader.new("groups", R.GroupClosed)
+        assert sorted(ev.envelope.group_id for ev in first) == ["ca1", "ca2", "g1"] and reader.partial == set()
+        assert reader.new("groups", R.GroupClosed) == []  # nothing new: nothing read again
+        p = EventProducer(kafka_ns, "tests")
+        p.send(dataclasses.replace(_sample(R.GroupClosed), envelope=_env("streams", group_id="ca3"), reason=CONTROL_ARM,
+                                   trains=False, samples=0, received=4, missing_rollout_ids=[]))
+        p.flush()
+        reader.refresh()
+        assert [ev.envelope.group_id for ev in reader.new("groups", R.GroupClosed)] == ["ca3"]
+    finally:
+        reader.close()
+
+    down = {"streams": f"127.0.0.1:{_free_port()}"}
+    view = TopicView(kafka_ns, canary_share=0.5)
+    try:
+        before = collect(kafka_ns, down, timeout_s=0.3, view=view)
+        p = EventProducer(kafka_ns, "tests")
+        pub = _sample(R.AdapterPublished)  # v4: 6 more trained, 2 more stale; one more control-arm group
+        p.send(dataclasses.replace(pub, envelope=_env("trainer", salt=4), version=4, parent_version=3,
+                                   metrics={"loss": 0.1, "rollouts": 6.0}, auto_promote=False))
+        p.send(dataclasses.replace(_sample(R.GroupClosed), envelope=_env("streams", group_id="ca4"), reason=CONTROL_ARM,
+                                   trains=False, samples=0, received=2, missing_rollout_ids=[]))
+        p.flush()
+        after = collect(kafka_ns, down, timeout_s=0.3, view=view)
+    finally:
+        view.close()
+    fresh = collect(kafka_ns, down, canary_share=0.5, timeout_s=0.3)
+    assert before.loop["control_arm_groups"] == 3 and before.versions["published"] == 3
+    assert after.loop == fresh.loop == {"samples_trained": 24.0, "samples_dropped_stale": 8.0, "stale_share": 0.25,
+                                        "control_arm_groups": 4, "control_arm_rollouts": 14}
+    assert after.versions == fresh.versions and after.versions["published"] == 4
+    assert after.registry == fresh.registry == {1: "RETIRED", 2: "PRIMARY"} and after.partial == []
+
+
+def test_a_whole_topic_read_cut_short_says_partial_and_the_next_refresh_reads_on(kafka_ns: KafkaSettings) -> None:
+    _produce(kafka_ns)
+    down = {"streams": f"127.0.0.1:{_free_port()}"}
+    view = TopicView(kafka_ns, canary_share=0.5)
+    try:
+        view.reader.read_s = 0.0  # every read stops before its first record
+        cut = collect(kafka_ns, down, timeout_s=0.3, view=view)
+        view.reader.read_s = 15.0
+        whole = collect(kafka_ns, down, timeout_s=0.3, view=view)
+    finally:
+        view.close()
+    assert cut.partial == ["adapter-events", "adapter-registry", "groups"] and cut.loop["control_arm_groups"] == 0
+    assert "PARTIAL    adapter-events, adapter-registry, groups: not read to the end" in render(cut)
+    assert whole.partial == [] and "PARTIAL" not in render(whole)
+    assert whole.loop == {"samples_trained": 18.0, "samples_dropped_stale": 6.0, "stale_share": 0.25,
+                          "control_arm_groups": 2, "control_arm_rollouts": 8}
+    assert whole.versions == {"published": 3, "primary": 2, "canary": 3}
 
 
 def test_status_cli_json_and_screen(kafka_ns: KafkaSettings) -> None:
