@@ -24,7 +24,11 @@ the version that sampled it. Everything derived from them lives here:
   which closes after the step that makes it stale was formed, is dropped as stale: the budget assumes groups close
   in the order they start, see :mod:`streamgrpo.trainer.intake`); it always starts one while fewer than
   ``samples_per_step`` samples are queued (the trainer would starve otherwise) and never more than
-  ``max_groups_in_flight`` groups at once.
+  ``max_groups_in_flight`` groups at once. The A/B control arm's groups that are requested for the comparison
+  only (:func:`control_arm_trains` false when they start) give the trainer no samples, so they are not in the
+  budget or the never-starve count: they are bounded by ``max_groups_in_flight`` alone, and a test does not
+  take the training line's share of the budget (one that trains after all, its test decided before it closed,
+  is dropped by the trainer's rule if it is too old).
 - **the intake capacity** (:attr:`Pacing.intake_capacity`): the budget plus one step of slack for what
   admission does not pace (replays, requests produced straight to ``rollout-requests``).
 - **the queue** (:func:`pending_samples`, :func:`samples_dequeued`): samples produced by closed groups
@@ -134,9 +138,10 @@ def drop_reason_sql(discarded: str, behind: str, max_staleness: str) -> str:
 class Backlog:
     """What admission looks at (folded from the log by the streams follower)."""
 
-    groups_in_flight: int  # groups requested, not closed
-    rollouts_in_flight: int  # their rollouts
+    groups_in_flight: int  # groups requested, not closed (the control arm's included)
+    rollouts_in_flight: int  # the rollouts of those that may give the trainer samples
     pending_samples: int  # samples of closed groups not yet in a published adapter's lineage
+    control_rollouts_in_flight: int = 0  # the A/B control arm's, judged for the comparison only: not budgeted
 
 
 def admit(backlog: Backlog, group_size: int, pacing: Pacing, max_groups_in_flight: int) -> str | None:

@@ -210,7 +210,7 @@ class _Shell:
         requests = fan_out(sized, version, self.policy)
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
-        view.note_requested(group, len(requests))
+        view.note_requested(group, len(requests), version)
         self.curriculum.remember(task, ids.attempt_of(task.metadata))
         ctx.count("fanout.groups")
         if "curriculum" in task.metadata:

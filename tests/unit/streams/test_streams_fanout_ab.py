@@ -65,6 +65,15 @@ def test_admission_never_starves_the_trainer() -> None:
     assert admit(Backlog(1, 3, 4), 8, policy(100, 0, 8)) is None
 
 
+def test_the_ab_control_arm_takes_no_share_of_the_budget() -> None:
+    # issue 21: a test's control groups give the trainer no samples; counted, they held the training line's budget
+    full_of_control = Backlog(groups_in_flight=4, rollouts_in_flight=8, pending_samples=0, control_rollouts_in_flight=16)
+    assert admit(full_of_control, 8, policy(100, 1, 8)) is None  # 8 + 8 <= 16: the control arm's 16 are not queued
+    assert "exceed 16" in (admit(Backlog(5, 16, 0, 16), 8, policy(100, 1, 8)) or "")
+    assert admit(Backlog(4, 0, 0, 32), 8, policy(100, 1, 8)) is None  # no sample coming: never starve
+    assert "in flight" in (admit(Backlog(4, 0, 0, 32), 8, policy(4, 1, 8)) or "")  # the arm's only bound
+
+
 def simulate(staleness: int, per_step: int, group_size: int, zero_variance_every: int, groups: int) -> list[int]:
     """Drive admit() against a trainer model; returns the staleness (trainer version - sampled version) of
     every trained sample. Groups complete in order; every `zero_variance_every`-th group trains nothing."""

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.pacing import Backlog
+from streamgrpo.streams.ab_controller import comparison_only
 from streamgrpo.streams.follower import LoopView
 
 
-def request(task: str, size: int = 4) -> R.RolloutRequest:
+def request(task: str, size: int = 4, version: int = 0, adapter: str = "planner") -> R.RolloutRequest:
     g = ids.group_id(task)
     return R.RolloutRequest(R.Envelope.new("streams", group_id=g, rollout_id=ids.rollout_id(g, 0)), "q", "s", 0,
-                            size, "planner", 0, 4, R.SamplingParams())
+                            size, adapter, version, 4, R.SamplingParams())
 
 
 def closed(task: str, received: int, samples: int | None, trains: bool = True) -> R.GroupClosed:
@@ -60,3 +64,22 @@ def test_redelivered_duplicates_the_trainer_read_do_not_make_the_queue_look_shor
     assert view.backlog().pending_samples == 4
     view.apply(published(2, 8, 12, dropped_not_a_sample=1.0))
     assert view.backlog().pending_samples == 0
+
+
+def test_the_ab_control_arms_groups_are_in_flight_but_outside_the_budget() -> None:
+    """issue 21: under A/B (canary_share 0.5, max_staleness 1) a group the primary v0 serves while v1 is tested is
+    the control arm's, judged for the comparison only: admission does not count it against the training budget."""
+    view = LoopView(canary_share=0.5, is_control=lambda line, version: comparison_only(line, version, 1))
+    view.apply(dataclasses.replace(published(1, 0, 0), auto_promote=False))
+    assert view.adapters("planner").primary == 0 and view.adapters("planner").candidates == [1]
+    view.apply(request("control", 8, version=0))
+    view.apply(request("canary", 8, version=1))
+    view.note_requested(ids.group_id("control-2"), 8, version=0)  # the fan-out's own note, the same rule
+    view.apply(request("other-line", 8, version=0, adapter="critic"))  # another line's group: always budgeted
+    assert view.backlog() == Backlog(4, 16, 0, 16)
+    view.apply(closed("control", received=8, samples=0, trains=False))
+    assert view.backlog() == Backlog(3, 16, 0, 8)
+    untold = LoopView(canary_share=0.5)  # no rule: nothing is told apart
+    untold.apply(dataclasses.replace(published(1, 0, 0), auto_promote=False))
+    untold.apply(request("control", 8, version=0))
+    assert untold.backlog() == Backlog(1, 8, 0, 0)
