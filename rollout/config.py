@@ -54,7 +54,7 @@ class RolloutConfig(StrictModel):
     vllm_api_key: SecretStr | None = Field(None, description="API key of the vLLM server (never logged).")
     vllm_wait_s: float = Field(600.0, ge=0, le=7200, description="How long a worker waits at start for the vLLM "
                                "server to serve the base model (a server loads in 1-3 min on a CPU).")
-    # -- the vLLM server `streamgrpo run --policy vllm` starts (see inference/vllm_server.py) ---------
+    # -- the vLLM server `streamgrpo run --policy vllm` starts (rollout/vllm_serve.py, inference/vllm_server.py) --
     vllm_dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
         "float32", description="dtype of the vLLM server, recorded in every PlannerAction.engine ('vllm/<dtype>'). "
         "float32: behaviour logprobs match the trainer's fp32 recomputation (measured max 4e-5); bfloat16: a "

@@ -6,7 +6,7 @@ verifier, synthesiser and analysis (only when one of them runs in ``model`` mode
 ``generalist`` tool is enabled); :func:`build_context` assembles the :class:`LoopContext`.
 
 Heavy imports (torch, transformers, openai) happen inside the factories, so importing this module
-is cheap. What is not covered: starting a vLLM server (:mod:`.vllm_server` does, for `run --policy vllm`;
+is cheap. What is not covered: starting a vLLM server (:mod:`.vllm_serve` does, for `run --policy vllm`;
 k8s/ deploys one).
 """
 

@@ -113,7 +113,7 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
 
 
 def test_the_launcher_started_by_run_accepts_the_supervisor_variable_and_does_not_pass_it_on(tmp_path: Path) -> None:
-    """`run` starts `python -m streamgrpo.inference.vllm_server` with STREAMGRPO_SUPERVISOR_PID set, like every
+    """`run` starts `python -m streamgrpo.rollout.vllm_serve` with STREAMGRPO_SUPERVISOR_PID set, like every
     child; the launcher must arm die-with-supervisor and exec the server without it (it once refused the
     variable as a misspelt setting, and the vLLM server never started)."""
     import subprocess
@@ -127,7 +127,7 @@ def test_the_launcher_started_by_run_accepts_the_supervisor_variable_and_does_no
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGRPO_")}
     env.update(STREAMGRPO_SUPERVISOR_PID=str(os.getpid()), STREAMGRPO_ROLLOUT__VLLM_PYTHON=str(fake),
                STREAMGRPO_ROLLOUT__MODEL=str(model))
-    proc = subprocess.run([sys.executable, "-m", "streamgrpo.inference.vllm_server"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "streamgrpo.rollout.vllm_serve"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     text = seen.read_text()
