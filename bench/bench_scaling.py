@@ -7,7 +7,8 @@ gpu overlay now sizes the trainer's step for its workers (k8s/README.md, "Scalin
 loop's event path at both paces with 1, 2 and 3 workers and measures rollouts/s.
 
 What runs: the embedded broker; the real ``streamgrpo streams --only fanout,window`` (admission at the pace
-under test, ``[loop] canary_share`` 0) and ``streamgrpo judge`` as subprocesses; in this process, ``--workers``
+under test, ``[streams] max_groups_in_flight`` = workers x concurrency as the k8s overlays set it,
+``[loop] canary_share`` 0) and ``streamgrpo judge`` as subprocesses; in this process, ``--workers``
 scripted rollout workers and a scripted trainer:
 
 - a worker is a member of one consumer group on ``rollout-requests`` (as the real workers are, so the
@@ -27,6 +28,7 @@ sleep, so the figure is what admission and the event path allow, not what a mode
 
 Usage: python bench/bench_scaling.py [--workers 1 2 3] [--steps 8 64 96] [--group-s 6] [--step-s 2]
        [--measure-s 45] [--warmup-s 10] [--concurrency 4] [--group-size 8] [--tasks 600]
+       [--max-groups-in-flight N]
 Not covered: KEDA itself (the replicas are started by hand), model time, the evaluator, A/B.
 """
 
@@ -139,8 +141,9 @@ def measure(kafka: KafkaSettings, work: Path, *, workers: int, samples_per_step:
     store = work / "store"
     store.mkdir(parents=True, exist_ok=True)
     tasks, truths = math_tasks("scaling", args.tasks, args.group_size)
+    groups = args.max_groups_in_flight or workers * args.concurrency  # the overlays' rule (k8s/tools/ksettings.py)
     with event_path(kafka, work, {"samples_per_step": samples_per_step, "max_staleness": MAX_STALENESS,
-                                  "max_groups_in_flight": 10_000, "canary_share": 0}):
+                                  "max_groups_in_flight": groups, "canary_share": 0}):
         threads = [_thread(_worker, kafka, truths, stop, args.concurrency, args.group_size, args.group_s)
                    for _ in range(workers)]
         threads.append(_thread(_trainer, kafka, store, stop, samples_per_step, args.step_s, trained))
@@ -161,6 +164,7 @@ def measure(kafka: KafkaSettings, work: Path, *, workers: int, samples_per_step:
     done = sum(start <= s < end for s in stamps)
     budget = Pacing(MAX_STALENESS, samples_per_step).admission_budget
     return {"workers": workers, "samples_per_step": samples_per_step, "admission_budget": budget,
+            "max_groups_in_flight": groups,
             "worker_batch": args.concurrency * args.group_size, "rollouts_measured": done,
             "rollouts_per_s": round(done / args.measure_s, 2), "versions": trained.get("versions", 0),
             "samples_trained": trained.get("trained", 0), "samples_stale": trained.get("stale", 0),
@@ -179,6 +183,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4, help="[rollout] concurrency: groups per worker batch")
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--tasks", type=int, default=600, help="tasks submitted (enough to keep every setting busy)")
+    ap.add_argument("--max-groups-in-flight", type=int, default=0,
+                    help="[streams] max_groups_in_flight (default 0: workers x concurrency, as the k8s overlays set it)")
     args = ap.parse_args()
     from streamgrpo.topics.broker import EmbeddedBroker
 
@@ -214,6 +220,7 @@ def summary(rows: list[dict[str, object]], args: argparse.Namespace) -> dict[str
         "complete_windows": all(bool(r["complete_window"]) for r in rows),
         "group_s": args.group_s, "step_s": args.step_s, "measure_s": args.measure_s, "worker_batch":
             args.concurrency * args.group_size, "max_staleness": MAX_STALENESS,
+        "max_groups_in_flight": args.max_groups_in_flight or "workers x concurrency",
     }
 
 

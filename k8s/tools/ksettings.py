@@ -19,7 +19,9 @@
   samples wait for the trainer or run, up to one step of them wait, so the workers hold at most
   ``max_staleness * samples_per_step`` requests at once, and ``maxReplicaCount * lagThreshold`` must fit in it.
   Workers beyond it are started by KEDA for nothing or never started (the scaling that "added nothing" in
-  issue 21; ``bench/bench_scaling.py`` measures the throughput at both sides of the rule).
+  issue 21; ``bench/bench_scaling.py`` measures the throughput at both sides of the rule). Likewise admission
+  starts at most ``[streams] max_groups_in_flight`` groups at once: it must cover ``maxReplicaCount`` workers of
+  ``[rollout] concurrency`` groups each.
 
 What is not covered: whether images exist in their registries, whether the model names exist on
 the hub, anything that needs a running cluster.
@@ -322,7 +324,7 @@ PACED_TOPIC = "rollout-requests"
 def _check_pacing(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded) -> list[Finding]:
     """Admission, the trainer and KEDA's rollout scaler are sized from one another (see the module docstring)."""
     paced = {section: (w, loaded[(id(c), section)]) for w, c in pairs
-             for section in ("streams", "trainer") if _section(c) == section and (id(c), section) in loaded}
+             for section in ("streams", "trainer", "rollout") if _section(c) == section and (id(c), section) in loaded}
     if "streams" not in paced:
         return []
     streams_w, streams = paced["streams"]
@@ -344,6 +346,9 @@ def _check_pacing(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded)
                 continue
             threshold = int(meta.get("lagThreshold") or 0)
             most = int(spec.get("maxReplicaCount", 100))
+            if "rollout" in paced:
+                out += _check_groups_in_flight(so, most, streams_w, int(streams.max_groups_in_flight),
+                                               int(paced["rollout"][1].concurrency))
             if most * threshold > room:
                 need = -(-most * threshold // staleness) if staleness else None
                 fix = (f"raise [loop] samples_per_step to {need}" if need
@@ -355,3 +360,16 @@ def _check_pacing(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded)
                                             f"{room // threshold if threshold else 0} worker batch(es), the other "
                                             f"workers add nothing; {fix}, or lower lagThreshold or maxReplicaCount"))
     return out
+
+
+def _check_groups_in_flight(so: Obj, most: int, streams_w: Obj, groups: int, concurrency: int) -> list[Finding]:
+    """Admission starts at most ``[streams] max_groups_in_flight`` groups at once; each of the ``most`` workers KEDA may
+    start runs ``[rollout] concurrency`` of them: fewer groups than that leave workers idle and the lag under the
+    next worker's threshold."""
+    if groups >= most * concurrency:
+        return []
+    return [Finding(ref(streams_w), f"[streams] max_groups_in_flight {groups}: admission starts at most {groups} "
+                                    f"groups at once, but {ref(so)} may start {most} workers of [rollout] concurrency "
+                                    f"{concurrency} ({most * concurrency} groups): "
+                                    f"{most - -(-groups // concurrency)} worker(s) would get nothing; set it to "
+                                    f"{most * concurrency} (maxReplicaCount x concurrency)")]

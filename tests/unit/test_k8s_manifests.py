@@ -228,7 +228,9 @@ def test_k8s_gpu_sizes_admission_for_the_workers_keda_may_start_from_one_value(g
     add nothing (issue 21: "autoscaling adds nothing") and the step that fixes it."""
     pacing = next(o for o in gpu_objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(
         "streamgrpo-pacing"))
-    assert pacing["data"] == {"samples_per_step": "96"}
+    assert pacing["data"] == {"samples_per_step": "96", "max_groups_in_flight": "12"}
+    ref_ = _env(gpu_objs, "streams", "STREAMGRPO_STREAMS__MAX_GROUPS_IN_FLIGHT")["valueFrom"]["configMapKeyRef"]
+    assert ref_ == {"name": pacing["metadata"]["name"], "key": "max_groups_in_flight"}
     for deployment in ("trainer", "streams"):
         ref_ = _env(gpu_objs, deployment, "STREAMGRPO_LOOP__SAMPLES_PER_STEP")["valueFrom"]["configMapKeyRef"]
         assert ref_ == {"name": pacing["metadata"]["name"], "key": "samples_per_step"}
@@ -240,6 +242,14 @@ def test_k8s_gpu_sizes_admission_for_the_workers_keda_may_start_from_one_value(g
     found = _messages(objs)
     assert "maxReplicaCount 3 x lagThreshold 32 = 96 requests in flight, but admission leaves the workers 8" in found
     assert "room for 0 worker batch(es), the other workers add nothing; raise [loop] samples_per_step to 96" in found
+    objs = copy.deepcopy(gpu_objs)  # issue 21: admission's default of 4 groups at once fed one worker of 3
+    next(o for o in objs if o["metadata"]["name"] == pacing["metadata"]["name"])["data"].pop("max_groups_in_flight")
+    typed = _env(objs, "streams", "STREAMGRPO_STREAMS__MAX_GROUPS_IN_FLIGHT")
+    typed.pop("valueFrom")
+    typed["value"] = "4"
+    found = _messages(objs)
+    assert ("[streams] max_groups_in_flight 4: admission starts at most 4 groups at once, but ScaledObject/"
+            in found) and "(12 groups): 2 worker(s) would get nothing; set it to 12" in found
 
 
 def test_k8s_third_party_is_pinned() -> None:
