@@ -131,7 +131,10 @@ class Reader:
         deadline = time.monotonic() + self.read_s
         while todo and time.monotonic() < deadline:
             msg = self.consumer.poll(0.5)
-            if msg is None or msg.error():
+            if msg is None:
+                self._past_markers(topic, todo, reached, ends)
+                continue
+            if msg.error():
                 continue
             partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
             if partition not in todo or offset < reached[partition]:
@@ -147,6 +150,16 @@ class Reader:
                 todo.discard(partition)
         self.consumer.unassign()
         return out, reached
+
+    def _past_markers(self, topic: str, todo: set[int], reached: dict[int, int], ends: dict[int, int]) -> None:
+        """Partitions of ``todo`` whose position is at their end although no record ends there: the last offset
+        of a partition written in transactions (Faust's ``exactly_once``) is a commit marker, never delivered."""
+        from confluent_kafka import TopicPartition
+
+        for tp in self.consumer.position([TopicPartition(self.physical(topic), p) for p in sorted(todo)]):
+            if tp.offset >= ends[tp.partition]:
+                reached[tp.partition] = ends[tp.partition]
+                todo.discard(tp.partition)
 
     def close(self) -> None:
         self.consumer.close()

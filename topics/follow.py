@@ -19,8 +19,8 @@ the run's progress tracker and the evaluator (both through :class:`FollowerThrea
 :func:`read_topic` / :func:`iter_topic` (a thread runs the follower) for ``streamgrpo tail``, audits and tests.
 A follower that runs until stopped waits for a broker that does not answer at start
 (:mod:`~streamgrpo.topics.reconnect`); a snapshot read (``until_caught_up``) fails at once with a TopicsError.
-What is not covered: compaction while reading (a compacted record is simply not seen), transactions
-(control batches are skipped; a partition whose last batch is one falls back to its watermark).
+Transactions: control batches are skipped; a partition that ends in a commit marker ends where the consumer's
+position lands past it. What is not covered: compaction while reading (a compacted record is simply not seen).
 """
 
 from __future__ import annotations
@@ -86,6 +86,11 @@ async def true_end_offsets(consumer: AIOKafkaConsumer, tps: Sequence[TopicPartit
         for tp, records in batches.items():
             ends[tp] = max(ends[tp], records[-1].offset + 1)
             remaining.discard(tp)
+        for tp in list(remaining):  # the last offset is a transaction's commit marker: skipped, never delivered
+            position = await consumer.position(tp)
+            if position >= ends[tp]:
+                ends[tp] = position
+                remaining.discard(tp)
     if remaining:
         log.warning("no record at the watermark of %s within %.0f s; using the watermark as the end (a reader may "
                     "stop one record batch short there)", sorted(map(str, remaining)), timeout_s)

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import socket
+import time
 import uuid
 from typing import Any
 
@@ -202,6 +203,32 @@ def test_a_whole_topic_read_cut_short_says_partial_and_the_next_refresh_reads_on
     assert whole.loop == {"samples_trained": 18.0, "samples_dropped_stale": 6.0, "stale_share": 0.25,
                           "control_arm_groups": 2, "control_arm_rollouts": 8}
     assert whole.versions == {"published": 3, "primary": 2, "canary": 3}
+
+
+def test_a_topic_written_in_transactions_is_read_to_its_end_past_the_commit_marker(kafka_ns: KafkaSettings) -> None:
+    """The last offset of a partition written in a transaction (Faust's exactly_once) is a commit marker that is
+    never delivered: a read waiting for a record at the end spun its 15 s and said PARTIAL at every refresh."""
+    from confluent_kafka import Producer
+
+    from streamgrpo.avro.codec import Codec
+
+    codec, topic = Codec(kafka_ns.schema_registry_url), f"{kafka_ns.topic_prefix}groups"
+    producer = Producer(client_config(kafka_ns, **{"transactional.id": f"status-test-{uuid.uuid4().hex[:6]}"}))
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for g in ("tx1", "tx2"):
+        closed = dataclasses.replace(_sample(R.GroupClosed), envelope=_env("streams", group_id=g))
+        producer.produce(topic, codec.encode(closed, "groups"), partition=0)
+    producer.commit_transaction(10)
+    reader = Reader(kafka_ns)
+    try:
+        started = time.monotonic()
+        read = reader.new("groups", R.GroupClosed)
+        took = time.monotonic() - started
+    finally:
+        reader.close()
+    assert sorted(ev.envelope.group_id for ev in read) == ["tx1", "tx2"]
+    assert reader.partial == set() and took < 10, took
 
 
 def test_status_cli_json_and_screen(kafka_ns: KafkaSettings) -> None:
