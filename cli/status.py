@@ -27,7 +27,8 @@ The topic reads and their folds are :mod:`streamgrpo.cli.status_topics`; this mo
 assembles the :class:`Report` and renders it.
 
 Which loop: the configured Kafka, else ``--run ID``, else the latest live ``streamgrpo run`` of the home
-(:func:`streamgrpo.runs.locate`; the run's own settings file gives the ports).
+(:func:`streamgrpo.runs.locate`; the run's own settings file gives the ports). A finished run is shown as
+history (:func:`history`): the same folds over its Parquet archive, without lags, groups in flight or services.
 
 Works against the embedded broker and any Kafka (the same ``[kafka]`` settings as the services).
 Not covered: groups requested before ``--window`` that are still open (topic fallback only), and
@@ -43,24 +44,30 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from streamgrpo import metrics as M
 from streamgrpo.cli.status_topics import (
+    DLQ_TOPIC,
     SAMPLES_TOPIC,
     Lag,
     Reader,
     WholeRun,
     consumer_lags,
+    dead_letter_summary,
     dead_letters,
     groups_in_flight,
+    newest_served,
     served_from_topics,
 )
 from streamgrpo.config import KafkaSettings, load
 from streamgrpo.log import printable
 from streamgrpo.topics import catalog
+
+if TYPE_CHECKING:
+    from streamgrpo.runs import RunRecord
 
 
 @dataclass
@@ -114,6 +121,7 @@ class Report:
     services: list[Service] = field(default_factory=list)
     loop: dict[str, float] = field(default_factory=dict)  # LOOP_KEYS of Progress.loop_closure()
     partial: list[str] = field(default_factory=list)  # whole-topic folds whose read stopped short (see status_topics)
+    archive: str = ""  # a finished run's: the report is its history, read from this archive (no lags, no services)
 
 
 class TopicView:
@@ -203,6 +211,28 @@ def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: floa
     return report
 
 
+def history(run: RunRecord, canary_share: float) -> Report:
+    """A finished run's status as history, from its Parquet archive: adapter versions and statuses, the last version
+    each worker served, the stale share and A/B control arm, and the dead letters of the whole run (the same folds
+    as a live status; no lags, groups in flight or services: the loop is gone)."""
+    from streamgrpo.archive.store import read_events
+    from streamgrpo.avro import records as R
+    from streamgrpo.errors import ConfigError
+
+    archive = Path(run.archive)
+    if not archive.is_dir():
+        raise ConfigError(f"run {run.run_id} has finished and left no event archive at {archive}: nothing to show")
+    report = Report(at=time.time(), bootstrap="", prefix=run.topic_prefix, run_id=run.run_id, archive=str(archive))
+    whole = WholeRun(canary_share)
+    for topic in WholeRun.TOPICS:
+        whole.fold(topic, (event for event, _ in read_events(archive, topic)))
+    report.versions, report.registry, report.loop = whole.versions(), dict(whole.registry), whole.loop()
+    report.served = newest_served(e for e, _ in read_events(archive, catalog.ROLLOUTS) if isinstance(e, R.RolloutCompleted))
+    dead = dead_letter_summary(e for e, _ in read_events(archive, DLQ_TOPIC) if isinstance(e, R.DeadLetter))
+    report.dead_letters, report.dead_letter_reasons, report.last_dead_letter = dead.count, dead.reasons, dead.last
+    return report
+
+
 def _fill_from_topics(report: Report, view: TopicView, readings: dict[str, M.Reading], window_s: float) -> None:
     """Every figure that comes from the topics (endpoint readings preferred where they answer)."""
     reader = view.reader
@@ -238,16 +268,18 @@ def _ago(t: float, now: float) -> str:
 def render(r: Report) -> str:
     """The one screen."""
     v = r.versions
-    lines = [f"streamgrpo status  {f'run {r.run_id}  ' if r.run_id else ''}kafka {r.bootstrap}"
-             f"{f' (prefix {r.prefix})' if r.prefix else ''}  "
+    where = f"FINISHED, read from its archive {r.archive}" if r.archive else f"kafka {r.bootstrap}"
+    lines = [f"streamgrpo status  {f'run {r.run_id}  ' if r.run_id else ''}{where}"
+             f"{f' (prefix {r.prefix})' if r.prefix and not r.archive else ''}  "
              f"{time.strftime('%H:%M:%S', time.localtime(r.at))}", ""]
     lines.append(f"adapters   published v{v.get('published')}   primary v{v.get('primary')}   "
                  f"canary {'v' + str(v['canary']) if v.get('canary') is not None else '-'}")
     if r.registry:
         lines.append("registry   " + "  ".join(f"v{k} {s}" for k, s in sorted(r.registry.items())[-8:]))
     lines.append(f"served     ({r.served_source}) " + ("  ".join(f"{w} v{ver}" for w, ver in r.served.items()) or "-"))
-    lines.append(f"groups in flight {r.groups_in_flight} ({r.groups_source})   "
-                 f"samples waiting for the trainer {r.samples_waiting}")
+    if not r.archive:
+        lines.append(f"groups in flight {r.groups_in_flight} ({r.groups_source})   "
+                     f"samples waiting for the trainer {r.samples_waiting}")
     if r.loop:
         lines.append(f"trainer    trained {r.loop['samples_trained']:.0f} samples, dropped as stale "
                      f"{r.loop['samples_dropped_stale']:.0f} (stale share {100 * r.loop['stale_share']:.1f} %)")
@@ -257,9 +289,12 @@ def render(r: Report) -> str:
         lines.append(f"PARTIAL    {', '.join(r.partial)}: not read to the end within 15 s; the figures above count "
                      "what was read (`status --watch` reads on from there at each refresh)")
     reasons = ", ".join(f"{k} {n}" for k, n in r.dead_letter_reasons.items())
-    lines.append(f"dead letters, last hour {r.dead_letters}{f' ({reasons})' if reasons else ''}")
+    lines.append(f"dead letters, {'the whole run' if r.archive else 'last hour'} {r.dead_letters}"
+                 f"{f' ({reasons})' if reasons else ''}")
     for consumer, what in r.last_dead_letter.items():
         lines.append(f"  last from {printable(consumer, keep_newlines=False)}: {printable(what, keep_newlines=False)}")
+    if r.archive:
+        return "\n".join(lines)
     lines += ["", f"{'consumer group':<28} {'topic':<18} {'part':>4} {'committed':>10} {'end':>10} {'lag':>8}"]
     for lag in sorted(r.lags, key=lambda x: (x.group, x.topic, x.partition)):
         lines.append(f"{lag.group[:28]:<28} {lag.topic[:18]:<18} {lag.partition:>4} {lag.committed:>10} "
@@ -311,10 +346,10 @@ def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tu
     arm's groups and rollouts, dead letters in the last hour and each service's endpoint with its last error.
 
     Reads the topics with the [kafka] settings (embedded broker when unset) and every reachable
-    metrics endpoint; a service whose endpoint does not answer is shown as DOWN.
+    metrics endpoint; a service whose endpoint does not answer is shown as DOWN. A finished run (`--run ID`)
+    is shown as history from its event archive: versions, served, stale share, A/B, dead letters of the run.
     """
     from streamgrpo.config import BrokerSettings, LoopSettings
-    from streamgrpo.errors import ConfigError
     from streamgrpo.runs import locate
 
     config_path = (ctx.obj or {}).get("config_path")
@@ -322,9 +357,11 @@ def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tu
     kafka, run = locate(load(KafkaSettings, "kafka", path=config_path),
                         load(BrokerSettings, "broker", path=config_path).home, run_id)
     if run is not None and not run.live():
-        raise ConfigError(f"run {run.run_id} has finished: its broker is gone. Its events are archived in "
-                          f"{run.archive}: `streamgrpo adapters list --run {run.run_id}`, `streamgrpo analyse` "
-                          f"(archive {run.archive}), its report in {run.run_dir}/report")
+        if watch:
+            raise click.UsageError(f"run {run.run_id} has finished: nothing to watch; drop --watch to see its history")
+        report = history(run, loop.canary_share)
+        click.echo(json.dumps(asdict(report), default=str) if as_json else render(report))
+        return
     run_config = Path(run.run_dir) / "streamgrpo.toml" if run is not None else None
     ports = service_ports(str(run_config) if config_path is None and run_config and run_config.is_file()
                           else config_path, evaluator=run is not None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,8 +194,13 @@ def served_from_topics(reader: Reader, last: int = 200) -> dict[str, int]:
     """Newest adapter version in each worker instance's recent RolloutCompleted records."""
     from streamgrpo.avro import records as R
 
+    return newest_served(reader.since(catalog.ROLLOUTS, R.RolloutCompleted, last=last))
+
+
+def newest_served(completed: Iterable[Any]) -> dict[str, int]:
+    """Newest adapter version in each worker instance's ``RolloutCompleted`` events."""
     newest: dict[str, tuple[float, int]] = {}
-    for ev in reader.since(catalog.ROLLOUTS, R.RolloutCompleted, last=last):
+    for ev in completed:
         who = f"{ev.envelope.producer.service}/{ev.envelope.producer.instance}"
         seen = (ev.envelope.event_time.timestamp(), int(ev.adapter_version))  # same millisecond: the higher version
         newest[who] = max(newest.get(who, seen), seen)
@@ -213,6 +219,8 @@ class WholeRun:
     never a second computation; fed by :meth:`Reader.new`, so each ``status --watch`` refresh reads only the
     records that arrived since the last one."""
 
+    TOPICS = (ADAPTER_TOPIC, REGISTRY_TOPIC, catalog.GROUPS)
+
     def __init__(self, canary_share: float, adapter_name: str = "planner") -> None:
         from streamgrpo.cli.progress import Progress
 
@@ -221,14 +229,21 @@ class WholeRun:
         self.registry: dict[int, str] = {}
 
     def update(self, reader: Reader) -> None:
+        """Fold what arrived on the topics since the last update."""
         from streamgrpo.avro import records as R
 
-        for ev in reader.new(ADAPTER_TOPIC, R.Event):  # the folds ignore the types they do not use
-            self.progress.apply(ev)
-        for state in reader.new(REGISTRY_TOPIC, R.AdapterState):
-            self.registry[state.version] = state.status.value
-        for closed in reader.new(catalog.GROUPS, R.GroupClosed):
-            self.progress.apply(closed)
+        for topic in self.TOPICS:
+            self.fold(topic, reader.new(topic, R.Event))
+
+    def fold(self, topic: str, events: Iterable[Any]) -> None:
+        """Fold ``topic``'s events (from the broker, or a finished run's archive); other types are skipped."""
+        from streamgrpo.avro import records as R
+
+        for ev in events:
+            if topic == REGISTRY_TOPIC and isinstance(ev, R.AdapterState):
+                self.registry[ev.version] = ev.status.value
+            elif topic == ADAPTER_TOPIC or topic == catalog.GROUPS and isinstance(ev, R.GroupClosed):
+                self.progress.apply(ev)  # the folds ignore the lifecycle types they do not use
 
     def versions(self) -> dict[str, int | None]:
         line = self.progress.registry.line(self.adapter_name)
@@ -252,8 +267,13 @@ def dead_letters(reader: Reader) -> DeadLetters:
     from streamgrpo.avro import records as R
 
     since = int((time.time() - 3600) * 1000)
-    events = reader.since(DLQ_TOPIC, R.DeadLetter, since)
-    out = DeadLetters(len(events), dict(Counter(ev.reason_code for ev in events).most_common()))
-    for ev in events:
+    return dead_letter_summary(reader.since(DLQ_TOPIC, R.DeadLetter, since))
+
+
+def dead_letter_summary(events: Iterable[Any]) -> DeadLetters:
+    """How many ``DeadLetter`` events, the count per reason code (most common first), the last per consumer."""
+    letters = list(events)
+    out = DeadLetters(len(letters), dict(Counter(ev.reason_code for ev in letters).most_common()))
+    for ev in letters:
         out.last[ev.consumer] = f"{ev.reason_code}: {ev.reason[:160]}"
     return out

@@ -216,22 +216,33 @@ def _progress(total: int | None) -> Any:
 @click.option("--raw", is_flag=True, help="Include the record's raw bytes (hex) in each line.")
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @click.option("--prefix", default=None, help="Topic name prefix.")
+@click.option("--run", "run_id", default=None, metavar="ID",
+              help="A `streamgrpo run` (default: the latest live one when no Kafka is configured); after it "
+                   "finished, its event archive is read (from the beginning; no --follow or --raw there).")
 @click.pass_context
 def tail(ctx: click.Context, topic: str, from_beginning: bool, limit: int | None, follow: bool, raw: bool,
-         bootstrap: str | None, prefix: str | None) -> None:
+         bootstrap: str | None, prefix: str | None, run_id: str | None) -> None:
     """Decode TOPIC's events and print one JSON object per line (catalog name, e.g. `tasks`).
 
     Each line has the record's place (topic, partition, offset, key) and the decoded event.
     Records that do not decode are printed with an "error" field instead.
-    Without --follow it stops at the topic's current end.
+    Without --follow it stops at the topic's current end. A finished run's topics are read from its
+    Parquet archive (the events it archived, in partition and offset order).
     """
+    from streamgrpo.runs import locate
     from streamgrpo.topics.catalog import CATALOG
-    from streamgrpo.topics.follow import iter_topic
 
     if topic not in CATALOG:
         raise click.ClickException(f"unknown topic {topic!r}; known: {', '.join(CATALOG)}")
-    kafka = _kafka(ctx, bootstrap, prefix)
+    path = (ctx.obj or {}).get("config_path")
+    settings = config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap, "topic_prefix": prefix})
+    kafka, run = locate(settings, _broker_settings(ctx).home, run_id)
     try:
+        if run is not None and not run.live():
+            _tail_archive(run.run_id, Path(run.archive), topic, limit, follow, raw)
+            return
+        from streamgrpo.topics.follow import iter_topic
+
         for r in iter_topic(kafka, topic, limit=limit, follow=follow, from_beginning=from_beginning or not follow):
             line: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
                                     "key": r.key.decode(errors="replace") if r.key else None}
@@ -245,6 +256,27 @@ def tail(ctx: click.Context, topic: str, from_beginning: bool, limit: int | None
             click.echo(json.dumps(line, default=_json_default))
     except KeyboardInterrupt:
         pass
+
+
+def _tail_archive(run_id: str, archive: Path, topic: str, limit: int | None, follow: bool, raw: bool) -> None:
+    """``tail`` of a finished run: its archived events of ``topic``, as the live lines (no bytes: the archive keeps
+    the decoded events)."""
+    from streamgrpo.archive.store import read_events
+
+    if follow or raw:
+        raise click.UsageError(f"run {run_id} has finished: its topics are read from its archive {archive}, which "
+                               f"has no new records to follow{' and keeps no raw bytes' if raw else ''}; drop "
+                               f"{'--follow' if follow else '--raw'}")
+    if not archive.is_dir():
+        raise click.ClickException(f"run {run_id} has finished and left no event archive at {archive}")
+    click.echo(f"(run {run_id} has finished: read from its archive {archive})", err=True)
+    for n, (event, place) in enumerate(read_events(archive, topic)):
+        if limit is not None and n >= limit:
+            return
+        line = {"topic": place.topic, "partition": place.partition, "offset": place.offset,
+                "key": place.key.decode(errors="replace") if place.key else None, "type": type(event).__name__,
+                "event": event.to_avro()}
+        click.echo(json.dumps(line, default=_json_default))
 
 
 def _json_default(value: Any) -> Any:

@@ -117,6 +117,12 @@ def test_after_the_run_adapters_list_and_show_read_its_archive(tmp_path: Path) -
     assert [s["version"] for s in listed] == [0, 1, 2]
     shown = json.loads(_invoke(tmp_path, "adapters", "show", "2", "--run", run_id, "--json").stdout)
     assert shown["state"]["version"] == 2 and shown["state"]["parent_version"] == 1
+    tailed = _invoke(tmp_path, "tail", "adapter-events", "--run", run_id, "--limit", "2")
+    assert [json.loads(line)["event"]["version"] for line in tailed.stdout.splitlines()] == [1, 2]
+    assert f"run {run_id} has finished: read from its archive" in tailed.stderr
+    follow = CliRunner().invoke(cli, ["tail", "adapter-events", "--run", run_id, "--follow"],
+                                env={"STREAMGRPO_HOME": str(tmp_path), "STREAMGRPO_CONFIG": ""})
+    assert follow.exit_code == 2 and "has no new records to follow" in follow.output
     refused = CliRunner().invoke(cli, ["adapters", "promote", "2", "--run", run_id, "--reason", "x"],
                                  env={"STREAMGRPO_HOME": str(tmp_path), "STREAMGRPO_CONFIG": ""})
     assert refused.exit_code != 0 and "has finished: there is no loop to act on" in str(refused.exception)
@@ -137,3 +143,38 @@ def test_eval_checks_the_adapter_against_the_archived_event_and_refuses_a_mismat
     assert result.exit_code != 0, message
     assert "planner@v1" in message and "sha256" in message and "refusing" in message
     assert f"{run_dir / 'archive'}" in message  # says which announcement it was checked against
+
+
+def test_after_the_run_status_shows_its_history_from_the_archive(tmp_path: Path) -> None:
+    """issue 21: `status` after the run refused ("its broker is gone"); it now shows the run's history with the live
+    screen's folds: versions, the last version each worker served, stale share, A/B control arm, dead letters."""
+    from fixtures.sample_events import sample_events
+
+    from streamgrpo.lifecycle.pacing import CONTROL_ARM
+
+    def sample(kind: type) -> Any:
+        return next(e for e in sample_events() if isinstance(e, kind))
+
+    run_id, run_dir = _finished_run(tmp_path)
+    writer = ArchiveWriter(run_dir / "archive")
+    now = int(time.time() * 1000)
+    closed = dataclasses.replace(sample(R.GroupClosed), reason=CONTROL_ARM, trains=False, samples=0, received=4,
+                                 missing_rollout_ids=[])
+    writer.add(closed, Place("groups", 0, 0, b"g", now))
+    done = sample(R.RolloutCompleted)
+    done = dataclasses.replace(done, adapter_version=2, envelope=dataclasses.replace(
+        done.envelope, producer=R.Producer(service="rollout", instance="w1")))
+    writer.add(done, Place("rollouts", 0, 0, b"r", now))
+    writer.add(dataclasses.replace(sample(R.DeadLetter), reason_code="decode_error", consumer="judge"),
+               Place("dead-letters", 0, 0, None, now))
+    writer.flush()
+    screen = _invoke(tmp_path, "status", "--run", run_id).output
+    assert f"run {run_id}  FINISHED, read from its archive {run_dir / 'archive'}" in screen
+    assert "published v2" in screen and "rollout/w1 v2" in screen
+    assert "A/B        control arm, judged for the comparison only (no samples): 1 groups, 4 rollouts" in screen
+    assert "dead letters, the whole run 1 (decode_error 1)" in screen and "consumer group" not in screen
+    data = json.loads(_invoke(tmp_path, "status", "--run", run_id, "--json").stdout)
+    assert data["archive"] == str(run_dir / "archive") and data["versions"]["published"] == 2
+    watch = CliRunner().invoke(cli, ["status", "--run", run_id, "--watch", "1"],
+                               env={"STREAMGRPO_HOME": str(tmp_path), "STREAMGRPO_CONFIG": ""})
+    assert watch.exit_code == 2 and "has finished: nothing to watch" in watch.output
