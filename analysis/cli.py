@@ -42,19 +42,29 @@ Examples:
 
 @contextlib.contextmanager
 def _archive(ctx: click.Context, archive_dir: str | None, live: bool, bootstrap: str | None,
-             prefix: str | None) -> Iterator[Path]:
-    """The archive to query: the configured one, or a temporary snapshot of the topics."""
-    from streamgrpo.config import KafkaSettings, load
+             prefix: str | None, run_id: str | None = None) -> Iterator[Path]:
+    """The archive to query: ``--archive-dir``; else a run's (``--run ID``, or the latest live run when no Kafka
+    is configured: :func:`streamgrpo.runs.locate`); else the configured one; or a temporary snapshot of the
+    topics (``--live``, or no archive there) of the run's broker or the configured Kafka."""
+    from streamgrpo.config import BrokerSettings, KafkaSettings, load
+    from streamgrpo.runs import locate
     from streamgrpo.streams.config import StreamsSettings
 
     path = (ctx.obj or {}).get("config_path")
-    root = load(StreamsSettings, "streams", path=path, overrides={"archive_dir": archive_dir}).archive_dir
-    if not live and Path(root).is_dir():
-        yield Path(root)
+    kafka, run = locate(load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap, "topic_prefix": prefix}),
+                        load(BrokerSettings, "broker", path=path).home, run_id)
+    if run is not None and not run.live() and live:
+        raise click.UsageError(f"run {run.run_id} has finished: its broker is gone; drop --live to query its "
+                               f"archive {run.archive}")
+    root = Path(archive_dir) if archive_dir is not None else Path(run.archive) if run is not None else \
+        Path(load(StreamsSettings, "streams", path=path).archive_dir)
+    if run is not None and not run.live() and not root.is_dir():
+        raise click.ClickException(f"run {run.run_id} has finished and left no event archive at {root}")
+    if not live and root.is_dir():
+        yield root
         return
     from streamgrpo.analysis.snapshot import snapshot
 
-    kafka = load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap, "topic_prefix": prefix})
     with tempfile.TemporaryDirectory(prefix="streamgrpo-snapshot-") as tmp:
         why = "--live" if live else f"no archive at {root}"
         click.echo(f"{why}: querying a snapshot of the topics ...", err=True)
@@ -83,10 +93,13 @@ def _archive(ctx: click.Context, archive_dir: str | None, live: bool, bootstrap:
 @click.option("--shell", is_flag=True, help="Interactive SQL shell over the views (DuckDB).")
 @click.option("--bootstrap", default=None, help="Kafka bootstrap servers (for --live).")
 @click.option("--topic-prefix", "prefix", default=None, help="Topic prefix (for --live).")
+@click.option("--run", "run_id", default=None, metavar="ID",
+              help="A `streamgrpo run` (default: the latest live one when no Kafka is configured): its archive, or "
+                   "with --live a snapshot of its broker's topics.")
 @click.pass_context
 def analyse(ctx: click.Context, sql: str | None, report: str | None, archive_dir: str | None, live: bool, fmt: str,
             plot: Path | None, adapter: str | None, version: int | None, threshold: float | None, limit: int,
-            describe: str | None, shell: bool, bootstrap: str | None, prefix: str | None) -> None:
+            describe: str | None, shell: bool, bootstrap: str | None, prefix: str | None, run_id: str | None) -> None:
     """Query the event archive with DuckDB: SQL, a canned --report, --describe a view, or a --shell.
 
     Every topic is a view de-duplicated by event id, with the envelope flattened into columns and the
@@ -100,7 +113,7 @@ def analyse(ctx: click.Context, sql: str | None, report: str | None, archive_dir
                                + ", ".join(n for n, r in REPORTS.items() if r.plot))
     from streamgrpo.analysis.views import connect
 
-    with _archive(ctx, archive_dir, live, bootstrap, prefix) as root:
+    with _archive(ctx, archive_dir, live, bootstrap, prefix, run_id) as root:
         con = connect(root)
         try:
             if describe is not None:

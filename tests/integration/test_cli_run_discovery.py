@@ -84,6 +84,8 @@ def test_status_adapters_and_tail_find_the_live_run_without_flags(kafka_ns: Kafk
     assert [s["version"] for s in listed] == [0, 1, 2]
     tail = _invoke(tmp_path, "tail", "adapter-events", "--from-beginning", "--limit", "2").stdout.splitlines()
     assert sorted(json.loads(line)["event"]["version"] for line in tail) == [1, 2]
+    live = _invoke(tmp_path, "analyse", "--live", "--format", "json", "SELECT count(*) AS n FROM adapter_published")
+    assert json.loads(live.stdout.splitlines()[-1]) == {"n": 2}  # the run's broker, found without flags
 
 
 def _adapter_dir(path: Path) -> str:
@@ -178,3 +180,13 @@ def test_after_the_run_status_shows_its_history_from_the_archive(tmp_path: Path)
     watch = CliRunner().invoke(cli, ["status", "--run", run_id, "--watch", "1"],
                                env={"STREAMGRPO_HOME": str(tmp_path), "STREAMGRPO_CONFIG": ""})
     assert watch.exit_code == 2 and "has finished: nothing to watch" in watch.output
+
+
+def test_after_the_run_analyse_queries_its_archive_and_refuses_live(tmp_path: Path) -> None:
+    run_id, _ = _finished_run(tmp_path)  # no [streams] archive_dir of its own: --run names the archive
+    out = _invoke(tmp_path, "analyse", "--run", run_id, "--format", "json",
+                  "SELECT count(*) AS n FROM adapter_events")
+    assert json.loads(out.stdout.splitlines()[-1]) == {"n": 2}
+    live = CliRunner().invoke(cli, ["analyse", "--run", run_id, "--live", "SELECT 1"],
+                              env={"STREAMGRPO_HOME": str(tmp_path), "STREAMGRPO_CONFIG": ""})
+    assert live.exit_code == 2 and "has finished: its broker is gone; drop --live" in live.output
