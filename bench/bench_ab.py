@@ -8,7 +8,7 @@ with probability ``canary_share``; a group of 4 rollouts draws its task's succes
 Beta(p*2, (1-p)*2) (tasks differ a lot: some always solved, some never) and its outcome is the
 success share. Every rollout also fails with a small probability (ERROR reward 2%, judge failure 1%)
 and makes two planner actions that fail to parse half the time (the base SmolLM2's rate), so the
-guardrails run on realistic counts. After every group :func:`streamgrpo.streams.ab_core.decide` looks
+guardrails run on realistic counts. After every group :func:`streamgrpo.lifecycle.ab.decide` looks
 (one look per group: the most looks a test gets). A run ends at the first decision or at the maximum
 duration (``ab_max_groups`` canary groups).
 
@@ -30,9 +30,9 @@ import statistics
 import sys
 import time
 
+from streamgrpo.lifecycle.ab import ABInput, ABPolicy, decide
 from streamgrpo.lifecycle.stats import Arm, VersionStats
 from streamgrpo.streams.ab_controller import policy_from
-from streamgrpo.streams.ab_core import ABInput, ABPolicy, decide
 from streamgrpo.streams.config import StreamsSettings
 
 GROUP_SIZE, TURNS, HETEROGENEITY = 4, 2, 2.0

@@ -21,9 +21,9 @@ from streamgrpo.topics.catalog import REWARDS, ROLLOUTS, TRAINING_SAMPLES
 COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("streamgrpo.topics.cli:broker", "Start, stop or inspect the embedded Kafka broker (Tansu)."),
     "topics": ("streamgrpo.topics.cli:topics", "Create/verify topics from the catalog, list them with counts."),
-    "submit": ("streamgrpo.topics.cli:submit", "Publish tasks from JSONL/CSV/Parquet files or the built-in set."),
+    "submit": ("streamgrpo.tasks.cli:submit", "Publish tasks from JSONL/CSV/Parquet files or the built-in set."),
     "tail": ("streamgrpo.topics.cli:tail", "Decode a topic's events and print them as JSON lines."),
-    "tasks": ("streamgrpo.topics.cli:tasks", "Export the built-in offline task set and fact corpus."),
+    "tasks": ("streamgrpo.tasks.cli:tasks", "Export the built-in offline task set and fact corpus."),
     "rollout": ("streamgrpo.rollout.cli:rollout", "Run a rollout worker (agent trajectories -> events)."),
     "ask": ("streamgrpo.rollout.cli:ask", "Run one agent trajectory on a question and print its steps."),
     "judge": ("streamgrpo.judge.cli:judge", f"Run the judge service ({ROLLOUTS} -> {REWARDS})."),

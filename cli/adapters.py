@@ -1,14 +1,14 @@
 """``streamgrpo adapters``: list, inspect, promote, roll back, approve and reject adapter versions.
 
 Where the figures come from: the lifecycle (status, parent, decision history) from the one registry
-fold of ``adapter-events`` (:mod:`streamgrpo.models.registry`: small, authoritative, always current);
+fold of ``adapter-events`` (:mod:`streamgrpo.lifecycle.registry`: small, authoritative, always current);
 the live figures (groups, judge rewards, success, human rewards, failure rates, held-out accuracy)
 from the newest ``AdapterState`` of each version on the compacted ``adapter-registry`` topic, which
 the A/B controller publishes (``streamgrpo streams``, agent ``ab``). Without any state there (no
 controller ran), the figures are computed from ``rewards`` and ``evaluations`` instead, and the
 output says so.
 
-Manual actions (:mod:`streamgrpo.models.actions`) are checked against the current lifecycle and
+Manual actions (:mod:`streamgrpo.lifecycle.actions`) are checked against the current lifecycle and
 written as ONE event on ``adapter-events`` carrying the operator (``--by``, default the OS user, as
 ``human:<name>``) and the reason; every service that follows the topic obeys it. Bad input (an
 unknown or discarded version, a rollback to a newer version, approving what is not awaiting
@@ -33,9 +33,9 @@ from streamgrpo import config
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings, LoopSettings
 from streamgrpo.errors import ConfigError
+from streamgrpo.lifecycle.adapter_state import adapter_state
+from streamgrpo.lifecycle.registry import AdapterRegistry, Line, RegistryState, ancestors, apply, status
 from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD, Stats
-from streamgrpo.models.adapter_state import adapter_state
-from streamgrpo.models.registry import AdapterRegistry, Line, RegistryState, ancestors, apply, status
 from streamgrpo.topics import catalog
 
 LIVE_FIELDS = ("groups", "reward_count", "reward_mean", "success_rate", "eval_accuracy", "eval_ci_low",
@@ -310,7 +310,7 @@ def _by_reason(f: Callable[..., Any]) -> Callable[..., Any]:
 def promote_command(ctx: click.Context, version: int, bootstrap: str | None, topic_prefix: str | None,
                     adapter: str | None, run_id: str | None, by: str, reason: str) -> None:
     """Make VERSION the primary now (no A/B verdict needed)."""
-    from streamgrpo.models import actions
+    from streamgrpo.lifecycle import actions
 
     _act(ctx, bootstrap, topic_prefix, adapter, run_id, lambda line, name: actions.promote(line, name, version, by, reason))
 
@@ -328,7 +328,7 @@ def rollback_command(ctx: click.Context, version: int | None, to: int | None, bo
                      reason: str) -> None:
     """Roll back VERSION (default: the canary, else the primary): it and every version above the restored one
     serve no new group, and the trainer continues from the restored version."""
-    from streamgrpo.models import actions
+    from streamgrpo.lifecycle import actions
 
     _act(ctx, bootstrap, topic_prefix, adapter, run_id,
          lambda line, name: actions.rollback(line, name, version, to, by, reason))
@@ -342,7 +342,7 @@ def rollback_command(ctx: click.Context, version: int | None, to: int | None, bo
 def approve_command(ctx: click.Context, version: int, bootstrap: str | None, topic_prefix: str | None,
                     adapter: str | None, run_id: str | None, by: str, reason: str) -> None:
     """Approve VERSION, AWAITING_APPROVAL after the A/B verdict: it becomes the primary."""
-    from streamgrpo.models import actions
+    from streamgrpo.lifecycle import actions
 
     _act(ctx, bootstrap, topic_prefix, adapter, run_id, lambda line, name: actions.approve(line, name, version, by, reason))
 
@@ -356,7 +356,7 @@ def reject_command(ctx: click.Context, version: int, bootstrap: str | None, topi
                    adapter: str | None, run_id: str | None, by: str, reason: str) -> None:
     """Reject VERSION: it (and the versions above the primary trained with it) serve no new group; the trainer
     continues from the primary."""
-    from streamgrpo.models import actions
+    from streamgrpo.lifecycle import actions
 
     _act(ctx, bootstrap, topic_prefix, adapter, run_id, lambda line, name: actions.reject(line, name, version, by, reason))
 

@@ -7,7 +7,7 @@ through the project's one log follower (:class:`~streamgrpo.topics.follow.LogFol
 every partition, from the beginning, following).
 
 The adapter lifecycle (primary, canary, statuses, every A/B verdict and manual action) is the one
-registry fold of ``adapter-events`` (:mod:`streamgrpo.models.registry`). Per adapter version number one
+registry fold of ``adapter-events`` (:mod:`streamgrpo.lifecycle.registry`). Per adapter version number one
 :class:`~streamgrpo.lifecycle.stats.VersionStats` folds the rollouts, the OK judge rewards and the closed
 groups: the progress line's and the report's ``per_version`` figures (count, mean reward, success rate per
 OK judge reward) and the collapse alarms (:mod:`streamgrpo.lifecycle.health`) read that one fold. Human
@@ -33,8 +33,8 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle.health import alarms
 from streamgrpo.lifecycle.pacing import CONTROL_ARM
 from streamgrpo.lifecycle.published import drops as trainer_drops
+from streamgrpo.lifecycle.registry import AdapterRegistry, Line, status
 from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD, VersionStats, carries_signal, is_human
-from streamgrpo.models.registry import AdapterRegistry, Line, status
 from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
 

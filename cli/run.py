@@ -301,7 +301,7 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
     settings = config.load(EvaluatorSettings, "evaluator", path=config_file)
     session = EvalSession.from_config(str(config_file), bootstrap=kafka.bootstrap)
     events = session.events() or []
-    from streamgrpo.models.registry import AdapterRegistry
+    from streamgrpo.lifecycle.registry import AdapterRegistry
 
     registry = AdapterRegistry(session.loop.canary_share)
     for e in events:

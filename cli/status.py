@@ -6,7 +6,7 @@ What it shows, and where each figure comes from:
   (confluent-kafka AdminClient) against the true end of each partition (:func:`end_offsets`, which
   also corrects the embedded Tansu's high-watermark quirk);
 - adapter versions published / primary / canary: the fold of ``adapter-events`` (the A/B
-  one registry fold, :mod:`streamgrpo.models.registry`, with ``[loop] canary_share``), and the statuses of
+  one registry fold, :mod:`streamgrpo.lifecycle.registry`, with ``[loop] canary_share``), and the statuses of
   ``adapter-registry`` when it has records;
 - versions served per worker: the newest ``rollouts`` record of each worker instance, plus the
   rollout endpoint's ``streamgrpo_adapter_version{role="served"}`` when it answers;

@@ -215,7 +215,7 @@ class WholeRun:
     """The figures that fold whole topics: adapter versions published / primary / canary (``adapter-events``),
     the statuses of ``adapter-registry``, and the loop's stale share and A/B control arm (every
     ``AdapterPublished`` and ``GroupClosed``). One fold, the run report's
-    (:class:`~streamgrpo.cli.progress.Progress`, whose registry fold is :mod:`streamgrpo.models.registry`'s),
+    (:class:`~streamgrpo.cli.progress.Progress`, whose registry fold is :mod:`streamgrpo.lifecycle.registry`'s),
     never a second computation; fed by :meth:`Reader.new`, so each ``status --watch`` refresh reads only the
     records that arrived since the last one."""
 

@@ -11,6 +11,16 @@
   and ``Stats``, its fold over the log per (adapter name, version) with the A/B test's per-group outcomes.
 - ``health``: the collapse alarms read from those statistics (answered rate up while reward falls, reward
   std collapsing, groups without variance).
+- ``registry``: the ONE fold of ``adapter-events`` into every version's status (primary, canary, candidates,
+  rolled back...), which every service reads; ``lineage_check``: whether an announcement follows its line
+  (the fold refuses one that does not).
+- ``actions``: the manual actions (promote, roll back, approve, reject) as the events that do them.
+- ``adapter_state``: the registry fold and the version statistics joined into one ``AdapterState`` per
+  version.
+- ``ab``: the A/B decision (guardrails, the mSPRT sequential test, maximum duration, approval and eval gates)
+  as pure functions on per-group outcomes; ``streams/ab_controller.py`` is its Faust wiring.
 
-Below streams, rollout and trainer; above topics and avro. Nothing here imports a heavy dependency.
+Below streams, rollout and trainer; above topics and avro (``actions`` raises
+:class:`~streamgrpo.models.errors.AdapterActionError`, the one import from ``models``). Nothing here imports a
+heavy dependency.
 """

@@ -6,10 +6,8 @@
   uri resolver, which confines a path to the store.
 - ``grammar``: the planner-action grammar, for sampling and training alike.
 - ``errors``: the errors of the layer.
-- Until they move to :mod:`streamgrpo.lifecycle`: ``registry`` (the one fold of ``adapter-events``),
-  ``lineage_check`` (whether an announcement follows its line), ``actions`` (manual lifecycle actions) and
-  ``adapter_state`` (the registry fold and the version statistics joined into ``AdapterState``).
 
-Neither the trainer nor rollout reaches into the other: both import from here. A version's statistics live in
-:mod:`streamgrpo.lifecycle.stats`.
+Neither the trainer nor rollout reaches into the other: both import from here. The adapter lifecycle (the
+registry fold, lineage checks, manual actions, ``AdapterState``, version statistics, the A/B decision) lives
+in :mod:`streamgrpo.lifecycle`.
 """

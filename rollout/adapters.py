@@ -1,6 +1,6 @@
 """Adapter follower: read ``adapter-events``, verify each announced adapter, hot-swap it into the policy.
 
-Functional core: the one fold of ``adapter-events`` (:mod:`streamgrpo.models.registry`) says what
+Functional core: the one fold of ``adapter-events`` (:mod:`streamgrpo.lifecycle.registry`) says what
 changed: a version announced (load it) or a new primary (keep it resident); :func:`loads_worth_doing`
 drops loads a replayed batch would evict at once. Imperative shell: :class:`AdapterFollower`
 resolves the uri inside the adapter store (``[loop] adapter_store``), verifies the sha256
@@ -51,8 +51,8 @@ from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.inference.base import PlannerPolicy
 from streamgrpo.inference.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
+from streamgrpo.lifecycle.registry import AdapterRegistry, Announced, Announcement, Change, PrimaryChanged
 from streamgrpo.models.errors import AdapterIntegrityError
-from streamgrpo.models.registry import AdapterRegistry, Announced, Announcement, Change, PrimaryChanged
 from streamgrpo.rollout.errors import AdapterRefusedError
 from streamgrpo.topics import catalog
 from streamgrpo.topics.follow import LogFollower, StopSignal
@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------
-# functional core (the fold itself is streamgrpo.models.registry)
+# functional core (the fold itself is streamgrpo.lifecycle.registry)
 def loads_worth_doing(changes: Sequence[Change], primary: dict[str, int], keep_last: int) -> list[Change]:
     """Drop announcements a batch would evict right away (all but the newest ``keep_last`` per name, unless
     primary); order is kept. Used when replaying history."""

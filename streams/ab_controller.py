@@ -5,10 +5,10 @@ probability ``canary_share``, by a deterministic hash of the group id so a repla
 arm, else the primary; a group is never split), :func:`comparison_only` (the advantage window's
 question at a group's close: is it the control arm, served for the comparison but too far behind the
 line to train? -- :func:`~streamgrpo.lifecycle.pacing.control_arm_trains` is the rule) and
-:func:`ab_input` (what the decision core, :mod:`streamgrpo.streams.ab_core`, looks at, gathered from
+:func:`ab_input` (what the decision core, :mod:`streamgrpo.lifecycle.ab`, looks at, gathered from
 the two folds). The test counts a control group by its rewards whether or not it trains.
 
-:class:`Lifecycle` is the agent's state: the one registry fold (:mod:`streamgrpo.models.registry`)
+:class:`Lifecycle` is the agent's state: the one registry fold (:mod:`streamgrpo.lifecycle.registry`)
 and the live statistics (:mod:`streamgrpo.lifecycle.stats`), fed by a group-less
 :class:`~streamgrpo.topics.follow.LogFollower` over ``adapter-events``, ``rewards``,
 ``planner-actions``, ``groups`` and ``evaluations``. :meth:`Lifecycle.next_events` says what to
@@ -43,10 +43,10 @@ from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
+from streamgrpo.lifecycle.ab import ABInput, ABPolicy, Guardrails, Verdict, decide
+from streamgrpo.lifecycle.adapter_state import adapter_states, content_key
+from streamgrpo.lifecycle.registry import AdapterRegistry, Line, ancestors
 from streamgrpo.lifecycle.stats import Stats
-from streamgrpo.models.adapter_state import adapter_states, content_key
-from streamgrpo.models.registry import AdapterRegistry, Line, ancestors
-from streamgrpo.streams.ab_core import ABInput, ABPolicy, Guardrails, Verdict, decide
 from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.topics import catalog

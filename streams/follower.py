@@ -1,7 +1,7 @@
 """Global, group-less view of small control topics for every worker (the shell of fan-out and A/B).
 
 :class:`LoopView` is a pure fold of ``adapter-events``, ``groups`` and ``rollout-requests``:
-- the adapter versions: :mod:`streamgrpo.models.registry` (primary, canary, latest per name);
+- the adapter versions: :mod:`streamgrpo.lifecycle.registry` (primary, canary, latest per name);
 - requested and closed group ids -> groups (and their rollouts) in flight;
 - samples produced by closed groups (``GroupClosed.samples``: usable rewards of a group that trains;
   an ERROR reward yields no sample) and samples consumed by the trainer (the sizes of the offset
@@ -32,7 +32,7 @@ from aiokafka.errors import KafkaError
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
 from streamgrpo.lifecycle.pacing import Backlog
-from streamgrpo.models.registry import AdapterRegistry, Announced, Line, Refused
+from streamgrpo.lifecycle.registry import AdapterRegistry, Announced, Line, Refused
 from streamgrpo.streams.ab_controller import control_arm_rule
 from streamgrpo.streams.app import StreamsContext
 from streamgrpo.streams.refusals import RefusalLetters

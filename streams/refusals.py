@@ -5,7 +5,7 @@ streams follower (:mod:`streamgrpo.streams.follower`, in every worker that runs 
 the version of each new group) does, one ``DeadLetter`` per record on ``dead-letters`` (built by
 :func:`streamgrpo.topics.dead_letter.dead_letter`: id = the record's place, a bounded copy):
 
-- an ``AdapterPublished`` the registry fold refuses (:mod:`streamgrpo.models.lineage_check`: a version below
+- an ``AdapterPublished`` the registry fold refuses (:mod:`streamgrpo.lifecycle.lineage_check`: a version below
   1, a self, newer or unknown parent, a version not newer than the newest or far past it, an announced
   version with another sha256): reason code ``adapter_lineage`` and the fold's reason. The fold ignores it
   either way (never primary, never served); the dead letter says why;
@@ -33,8 +33,8 @@ from aiokafka.errors import KafkaError
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.models.lineage_check import REASON_CODE
-from streamgrpo.models.registry import Refused
+from streamgrpo.lifecycle.lineage_check import REASON_CODE
+from streamgrpo.lifecycle.registry import Refused
 from streamgrpo.streams.app import StreamsContext
 from streamgrpo.topics import catalog
 from streamgrpo.topics.errors import TopicsError

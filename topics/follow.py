@@ -56,7 +56,7 @@ Ranges = Mapping[tuple[str, int], tuple[int, int]]
 
 def fold_events(apply: Callable[[Event], object]) -> RecordHandler:
     """A handler that applies every decoded event to a fold, e.g. ``fold_events(registry.apply)`` for an
-    :class:`~streamgrpo.models.registry.AdapterRegistry` (records that did not decode are skipped)."""
+    :class:`~streamgrpo.lifecycle.registry.AdapterRegistry` (records that did not decode are skipped)."""
 
     async def handle(batch: list[Received]) -> None:
         for rec in batch:

@@ -45,10 +45,10 @@ from streamgrpo.config import KafkaSettings
 from streamgrpo.heartbeat import Heartbeat
 from streamgrpo.lifecycle import pacing
 from streamgrpo.lifecycle.published import typed_fields
+from streamgrpo.lifecycle.registry import AdapterRegistry, ancestors
 from streamgrpo.models import adapter_store as store
 from streamgrpo.models.base import resolve_base_model
 from streamgrpo.models.grammar import GrammarReplay
-from streamgrpo.models.registry import AdapterRegistry, ancestors
 from streamgrpo.topics import catalog
 from streamgrpo.topics.consumer import EventConsumer
 from streamgrpo.topics.follow import iter_topic, read_topic

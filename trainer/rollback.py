@@ -1,7 +1,7 @@
 """The trainer obeys rollbacks: it continues from the primary's weights and optimizer state.
 
 The trainer follows ``adapter-events`` through the one registry fold
-(:class:`~streamgrpo.models.registry.AdapterRegistry`, in :attr:`TrainerState.registry`, fed by
+(:class:`~streamgrpo.lifecycle.registry.AdapterRegistry`, in :attr:`TrainerState.registry`, fed by
 :func:`follower` in the background; the trainer starts training once it has caught up). Pure rules on that fold:
 
 - :func:`restore_target`: when the version the trainer's weights are (``TrainerState.version``) was
@@ -27,8 +27,8 @@ import logging
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle import pacing
+from streamgrpo.lifecycle.registry import Line, ancestors
 from streamgrpo.models import adapter_store as store
-from streamgrpo.models.registry import Line, ancestors
 from streamgrpo.topics import catalog
 from streamgrpo.topics.follow import LogFollower, fold_events
 from streamgrpo.trainer.config import TrainerConfig

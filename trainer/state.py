@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from streamgrpo.lifecycle.registry import AdapterRegistry
 from streamgrpo.models import adapter_store as store
 from streamgrpo.models.grammar import GrammarReplay
-from streamgrpo.models.registry import AdapterRegistry
 from streamgrpo.topics.dedup import RecentIds
 from streamgrpo.trainer.config import TrainerConfig
 from streamgrpo.trainer.errors import TrainerError

@@ -18,7 +18,7 @@ from streamgrpo.analysis.views import connect
 from streamgrpo.archive.store import ArchiveWriter, parts, type_dir
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
-from streamgrpo.models.registry import AdapterRegistry, ancestors
+from streamgrpo.lifecycle.registry import AdapterRegistry, ancestors
 from streamgrpo.topics import catalog
 
 PARENTS = {1: None, 2: 1, 3: 2, 4: 1, 5: 4}

@@ -16,7 +16,7 @@ import pytest
 import tomllib
 
 from streamgrpo.avro import provenance
-from streamgrpo.models.actions import operator
+from streamgrpo.lifecycle.actions import operator
 from streamgrpo.models.errors import AdapterActionError
 from streamgrpo.topics.sdk import LabelError, labeller
 

@@ -30,7 +30,7 @@ ALLOWED = {
 }
 #: Modules that applied the rule with their own formula before it had a home; each must call it now.
 CALLERS = ("streams/fanout.py", "streams/follower.py", "trainer/intake.py", "trainer/rollback.py",
-           "trainer/batching.py", "trainer/loop.py", "models/registry.py", "analysis/views.py")
+           "trainer/batching.py", "trainer/loop.py", "lifecycle/registry.py", "analysis/views.py")
 SQL = re.compile(r"\b(SELECT|CASE|WHERE)\b")
 SQL_RULE = re.compile(r"([<>]=?|\*)\s*[\w.\[\]'\"]*(max_staleness|samples_per_step)|"
                       r"(max_staleness|samples_per_step)['\"\]]*\s*\)?\s*([<>]=?|\*|\+|-)")

@@ -20,7 +20,7 @@ from streamgrpo.avro import registry
 from streamgrpo.avro.codec import SINGLE_OBJECT_MAGIC, Codec
 from streamgrpo.cli.progress import Progress
 from streamgrpo.lifecycle import published
-from streamgrpo.models.registry import AdapterRegistry, Announcement, status
+from streamgrpo.lifecycle.registry import AdapterRegistry, Announcement, status
 from streamgrpo.streams.follower import LoopView
 
 T0 = datetime(2026, 1, 2, tzinfo=timezone.utc)

@@ -1,5 +1,5 @@
 """What the adapter follower does with the registry's changes, and the follower against a real (tiny) policy
-without Kafka (the fold itself: tests/unit/models/test_registry.py)."""
+without Kafka (the fold itself: tests/unit/lifecycle/test_registry.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 from streamgrpo.avro import records as R
 from streamgrpo.inference.errors import AdapterNotResidentError
 from streamgrpo.inference.local import LocalPolicy
-from streamgrpo.models.registry import AdapterRegistry, Announced, PrimaryChanged
+from streamgrpo.lifecycle.registry import AdapterRegistry, Announced, PrimaryChanged
 from streamgrpo.rollout.adapters import AdapterFollower, loads_worth_doing
 
 

@@ -13,8 +13,8 @@ import pytest
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
+from streamgrpo.lifecycle.registry import AdapterRegistry, Line
 from streamgrpo.lifecycle.stats import VersionStats, carries_signal
-from streamgrpo.models.registry import AdapterRegistry, Line
 from streamgrpo.streams.ab_controller import comparison_only
 from streamgrpo.streams.advantages import build_estimator
 from streamgrpo.streams.curriculum import Curriculum, CurriculumPolicy

@@ -1,4 +1,4 @@
-"""Fan-out, admission and the version choice of a group (pure); the A/B decision core: test_ab_core.py."""
+"""Fan-out, admission and the version choice of a group (pure); the A/B decision core: unit/lifecycle/test_ab.py."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
-from streamgrpo.models.registry import AdapterRegistry
+from streamgrpo.lifecycle.registry import AdapterRegistry
 from streamgrpo.streams.ab_controller import choose_version
 from streamgrpo.streams.fanout import Backlog, FanoutPolicy, admit, check_task, fan_out
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streamgrpo.avro import records as R
-from streamgrpo.models.registry import Refused
+from streamgrpo.lifecycle.registry import Refused
 from streamgrpo.streams.follower import LoopView
 from streamgrpo.streams.refusals import letters_of
 from streamgrpo.topics.received import Received

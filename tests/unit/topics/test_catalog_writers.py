@@ -38,8 +38,8 @@ RUN_BY: dict[str, tuple[str, ...]] = {
     "cli/": ("operator",),
     "topics/sdk.py": ("operator", "mcp"),  # submit / label, and the MCP server's task + feedback
     "topics/dead_letter.py": ("streams", "judge", "rollout", "trainer"),  # the consumers (topics/consumer.py)
-    "models/actions.py": ("operator",),  # `streamgrpo adapters promote|rollback|approve|reject`
-    "models/adapter_state.py": ("streams",),  # the A/B controller publishes the registry fold
+    "lifecycle/actions.py": ("operator",),  # `streamgrpo adapters promote|rollback|approve|reject`
+    "lifecycle/adapter_state.py": ("streams",),  # the A/B controller publishes the registry fold
 }
 #: (module, event class) constructed but never produced, with the reason.
 NOT_PRODUCED: dict[tuple[str, str], str] = {

@@ -48,7 +48,7 @@ ALLOWED = {
     ("cli/adapters.py", 'LIVE_FIELDS = ("groups",'): "AdapterState field names",
     ("lifecycle/stats.py", 'COUNTS = ("rewards",'): "VersionStats counter names",
     ("lifecycle/stats.py", '"actions", "parse_failures", "rollouts",'): "VersionStats counter names",
-    ("topics/cli.py", "'passages' if corpus else 'tasks'"): "the word in a message: wrote N passages/tasks",
+    ("tasks/cli.py", "'passages' if corpus else 'tasks'"): "the word in a message: wrote N passages/tasks",
     # The root package (streamgrpo/) imports only its own modules: it sits below topics/, so its prose says the name.
     ("streamgrpo/config.py", '"fan-out chooses versions with it'): "root package: LoopSettings.canary_share help",
     ("streamgrpo/metrics.py", '"Records sent to dead-letters'): "root package: the dead_letters_total metric's help",

@@ -6,7 +6,7 @@ from support.samples import make_samples
 from support.tiny_model import tiny_model
 
 from streamgrpo.avro import records as R
-from streamgrpo.models.registry import AdapterRegistry
+from streamgrpo.lifecycle.registry import AdapterRegistry
 from streamgrpo.trainer.rollback import drop_reason_for, restore_target, versions_behind
 
 

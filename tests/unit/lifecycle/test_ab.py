@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from streamgrpo.lifecycle.ab import ABInput, ABPolicy, arm_variance, decide, guardrail, msprt
 from streamgrpo.lifecycle.stats import Arm, VersionStats
-from streamgrpo.streams.ab_core import ABInput, ABPolicy, arm_variance, decide, guardrail, msprt
 
 
 def arm(outcomes: list[float]) -> Arm:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from streamgrpo.avro import records as R
-from streamgrpo.models.lineage_check import MAX_VERSION_GAP, refusal
-from streamgrpo.models.registry import AdapterRegistry, Refused
+from streamgrpo.lifecycle.lineage_check import MAX_VERSION_GAP, refusal
+from streamgrpo.lifecycle.registry import AdapterRegistry, Refused
 
 
 def published(version: int, parent: int | None) -> R.AdapterPublished:

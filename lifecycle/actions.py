@@ -1,6 +1,6 @@
 """Manual lifecycle actions (pure): what a person may do to an adapter version now, as the event that does it.
 
-Each function checks the action against the registry's current :class:`~streamgrpo.models.registry.Line`
+Each function checks the action against the registry's current :class:`~streamgrpo.lifecycle.registry.Line`
 and returns the event to write on ``adapter-events`` (the operator in ``decided_by`` / ``by`` as
 ``human:<name>``, and their reason), or raises :class:`~streamgrpo.models.errors.AdapterActionError`
 saying why not and what to do instead:
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from streamgrpo.avro import provenance
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.registry import Line, ancestors, status
 from streamgrpo.models.errors import AdapterActionError
-from streamgrpo.models.registry import Line, ancestors, status
 
 SERVICE = "adapters-cli"
 

@@ -1,6 +1,6 @@
 """The A/B decision, as pure functions on per-group outcomes (no clock, no I/O).
 
-The test (newest-vs-primary, see :mod:`streamgrpo.models.registry`): the *canary arm* is every
+The test (newest-vs-primary, see :mod:`streamgrpo.lifecycle.registry`): the *canary arm* is every
 group served by the training line under test (the versions above the primary still in the test,
 pooled since the test started), the *control arm* every group the primary served since then. A
 group's outcome is its success share (:mod:`streamgrpo.lifecycle.stats`), a number in [0, 1]; the

@@ -3,7 +3,7 @@
 One forged announcement (version 2147483647, no files, a zero sha256) used to become PRIMARY, and the
 fan-out then requested every new group on a version no worker could load. The trainer publishes
 the versions of a line one after another, each trained from an announced parent, so the fold of
-:mod:`streamgrpo.models.registry` refuses an announcement (it changes nothing, logged) when:
+:mod:`streamgrpo.lifecycle.registry` refuses an announcement (it changes nothing, logged) when:
 
 - its version is below 1 (0 is the base model, never published);
 - its parent is itself, is newer than it, or was never announced (0, the base model, always is);
@@ -12,7 +12,7 @@ the versions of a line one after another, each trained from an announced parent,
 - it announces an announced version again with another sha256 (:func:`reannounced`; the same version
   with the same sha256 is a redelivery, which changes nothing and is no refusal).
 
-The fold returns a :class:`~streamgrpo.models.registry.Refused` change with the reason; the streams
+The fold returns a :class:`~streamgrpo.lifecycle.registry.Refused` change with the reason; the streams
 follower turns each refused record into one dead letter (reason code :data:`REASON_CODE`,
 :mod:`streamgrpo.streams.refusals`); the other readers log it.
 What is not covered: the adapter's files and sha256 (a pure fold cannot read them: a rollout worker

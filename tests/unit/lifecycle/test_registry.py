@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from streamgrpo.avro import records as R
-from streamgrpo.models.registry import (
+from streamgrpo.lifecycle.registry import (
     AdapterRegistry,
     Announced,
     PrimaryChanged,

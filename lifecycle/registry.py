@@ -12,7 +12,7 @@ decide a status, so every service that follows that one topic agrees on who serv
 Per adapter name (a :class:`Line`), with ``canary_share`` (the ``[loop]`` setting) as the policy:
 
 - ``AdapterPublished`` announces a version, unless it does not follow the line's lineage
-  (:mod:`~streamgrpo.models.lineage_check`: a version below 1, a self, newer or unknown parent, a
+  (:mod:`~streamgrpo.lifecycle.lineage_check`: a version below 1, a self, newer or unknown parent, a
   version not newer than the newest or far past it, an announced version with another sha256): then it changes
   nothing and the fold returns a :class:`Refused` change that says why. A version above the primary
   whose publisher decided ``auto_promote`` (the trainer's ``canary_share == 0``: no A/B test) becomes the
@@ -55,8 +55,7 @@ from datetime import datetime
 from typing import TypeAlias
 
 from streamgrpo.avro import records as R
-from streamgrpo.lifecycle import published
-from streamgrpo.models import lineage_check
+from streamgrpo.lifecycle import lineage_check, published
 from streamgrpo.topics.dedup import RecentIds
 
 AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRolledBack | R.AdapterApproved
@@ -186,7 +185,7 @@ class RolledBack:
 @dataclass(frozen=True)
 class Refused:
     """An ``AdapterPublished`` that changed nothing because it does not follow its line
-    (:mod:`~streamgrpo.models.lineage_check`); ``reason`` says why. The fold's readers that own a
+    (:mod:`~streamgrpo.lifecycle.lineage_check`); ``reason`` says why. The fold's readers that own a
     dead-letter path write one per refused record (the streams follower)."""
 
     adapter_name: str

@@ -1,6 +1,6 @@
 """The ``AdapterState`` of each version: the lifecycle fold and the live statistics, joined (pure).
 
-:func:`adapter_states` turns a :class:`~streamgrpo.models.registry.Line` and a
+:func:`adapter_states` turns a :class:`~streamgrpo.lifecycle.registry.Line` and a
 :class:`~streamgrpo.lifecycle.stats.Stats` into one ``AdapterState`` per version (the base model,
 version 0, included), as the A/B controller publishes them on the compacted ``adapter-registry``
 topic and as ``streamgrpo adapters`` shows them when no controller has published yet:
@@ -20,8 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from streamgrpo.avro import records as R
+from streamgrpo.lifecycle.registry import Line, ancestors, status
 from streamgrpo.lifecycle.stats import Stats, VersionStats
-from streamgrpo.models.registry import Line, ancestors, status
 
 SERVICE = "registry"
 
