@@ -147,7 +147,8 @@ class Window:
 
     async def _advance(self, state: W.GroupState, changed: bool) -> None:
         """Close the group if due, emit every ready sample, then persist the state (when it changed)."""
-        state, closed = W.maybe_close(state, self.policy, time.time(), self._control)
+        group = state.group_id
+        state, closed = W.maybe_close(state, self.policy, time.time(), lambda version: self._control(group, version))
         futures = []
         if closed is not None:
             self.ctx.count(f"groups.{closed.reason}")
@@ -170,12 +171,15 @@ class Window:
         if changed or closed is not None or ready:
             self.groups[state.group_id] = state.to_dict()
 
-    def _control(self, version: int) -> bool:
-        """Whether a group served by ``version`` closing now is the A/B control arm for the comparison only."""
+    def _control(self, group_id: str, version: int) -> bool:
+        """Whether group ``group_id``, served by ``version``, closing now is the A/B control arm for the comparison
+        only: it was one when it started (outside admission's budget: it must not train now) or is one now."""
         if not self.follower.caught_up.is_set():
             return False
-        line = self.follower.view.adapters(self.ctx.settings.adapter_name)
-        return comparison_only(line, version, self.ctx.settings.max_staleness)
+        view = self.follower.view
+        if group_id in view.control:
+            return True
+        return comparison_only(view.adapters(self.ctx.settings.adapter_name), version, self.ctx.settings.max_staleness)
 
     def _rollouts(self, state: W.GroupState) -> list[str]:
         """Every rollout id the group may have actions for."""

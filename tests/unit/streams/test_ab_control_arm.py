@@ -127,3 +127,31 @@ def test_the_run_report_counts_the_control_arm_apart_from_trained_and_stale_samp
     assert progress.versions[0].flat_groups == 0 and progress.groups_training == 1
     assert "(1 trained, 1 A/B control only)" in progress.line()
     assert any("comparison only" in line and "1 groups, 4 rollouts" in line for line in _loop_lines(loop))
+
+
+def test_a_group_that_started_as_the_control_arm_closes_as_one_after_its_test_is_decided() -> None:
+    """It was outside admission's budget while it ran: after the test rolled the line back (the primary's samples
+    are fresh again) it must still not train, or its samples would go beyond the budget."""
+    import asyncio
+    import types
+
+    from streamgrpo.streams.follower import LoopView
+    from streamgrpo.streams.window import Window
+
+    view = LoopView(0.5, is_control=lambda line_, version: comparison_only(line_, version, 1))
+    view.apply(R.AdapterPublished(R.Envelope.new("trainer", event_id=ids.adapter_published_id("planner", 1)),
+                                  "planner", 1, "file:///a/1", "0" * 64, "base", 1, [], auto_promote=False))
+    started = R.RolloutRequest(R.Envelope.new("streams", group_id=G, rollout_id=ids.rollout_id(G, 0)), "q", "s", 0,
+                               4, "planner", 0, 4, R.SamplingParams())
+    view.apply(started)
+    caught_up = asyncio.Event()
+    caught_up.set()
+    window = Window.__new__(Window)  # the agent's state without a Faust app: only what _control reads
+    window.ctx = types.SimpleNamespace(settings=types.SimpleNamespace(adapter_name="planner", max_staleness=1))
+    window.follower = types.SimpleNamespace(view=view, caught_up=caught_up)
+    other = ids.group_id("task-2")
+    assert window._control(G, 0) and window._control(other, 0)  # v1 under test: v0's groups are the control arm
+    view.apply(R.AdapterRolledBack(R.Envelope.new("ab-controller"), "planner", 1, 0, "worse", {}, "ab-controller"))
+    assert view.adapters("planner").candidates == []
+    assert window._control(G, 0)  # started as the control arm: still closes as one
+    assert not window._control(other, 0)  # a group of v0 started now trains
