@@ -210,7 +210,11 @@ def summary(rows: list[dict[str, object]], args: argparse.Namespace) -> dict[str
         return f"{r['workers']} worker{'s' if r['workers'] != 1 else ''}"
 
     one = {pace(r): float(r["rollouts_per_s"]) for r in rows if r["workers"] == 1}  # type: ignore[arg-type]
+    glance = {f"step {r['samples_per_step']}: rollouts/s (x one worker; samples stale)": {
+        workers(x): f"{x['rollouts_per_s']} ({float(x['rollouts_per_s']) / one[pace(x)]:.2f}x; {x['samples_stale']})"  # type: ignore[arg-type]
+        for x in rows if pace(x) == pace(r)} for r in rows if one.get(pace(r))}
     return {
+        "at_a_glance": glance,
         "rollouts_per_s": {pace(r): {workers(x): x["rollouts_per_s"] for x in rows if pace(x) == pace(r)}
                            for r in rows},
         "vs_one_worker": {pace(r): {workers(x): round(float(x["rollouts_per_s"]) / one[pace(r)], 2)  # type: ignore[arg-type]
