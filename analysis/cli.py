@@ -1,7 +1,8 @@
 """``streamgrpo analyse``: SQL, canned reports (with PNG plots) and a DuckDB shell over the event archive.
 
-The archive is ``[streams] archive_dir`` (``--archive-dir``); where none exists, or with ``--live``, a
-snapshot of the broker's topics is archived into a temporary directory first and queried the same way.
+The archive is ``--archive-dir``, else a ``streamgrpo run``'s (``--run ID``, or the latest live run when no Kafka
+is configured), else ``[streams] archive_dir``; where none exists, or with ``--live``, a snapshot of the broker's
+topics (the run's broker when there is one) is archived into a temporary directory first and queried the same way.
 Output: ``--format table|csv|json``. The views and their columns: ``--describe [VIEW]`` and docs/analysis.md.
 """
 
@@ -58,7 +59,7 @@ def _archive(ctx: click.Context, archive_dir: str | None, live: bool, bootstrap:
                                f"archive {run.archive}")
     root = Path(archive_dir) if archive_dir is not None else Path(run.archive) if run is not None else \
         Path(load(StreamsSettings, "streams", path=path).archive_dir)
-    if run is not None and not run.live() and not root.is_dir():
+    if archive_dir is None and run is not None and not run.live() and not root.is_dir():
         raise click.ClickException(f"run {run.run_id} has finished and left no event archive at {root}")
     if not live and root.is_dir():
         yield root
@@ -77,7 +78,7 @@ def _archive(ctx: click.Context, archive_dir: str | None, live: bool, bootstrap:
 @click.argument("sql", required=False)
 @click.option("--report", "report", type=click.Choice(list(REPORTS)), default=None, help="Run a canned report.")
 @click.option("--archive-dir", type=click.Path(file_okay=False), default=None,
-              help="Archive root (default: [streams] archive_dir).")
+              help="Archive root (default: the run's archive, see --run; else [streams] archive_dir).")
 @click.option("--live", is_flag=True, help="Query a snapshot of the broker's topics instead of the archive.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="Output format (json: one object per line).")

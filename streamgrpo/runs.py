@@ -40,11 +40,13 @@ class RunRecord:
     pid: int
     started_at: float
     finished_at: float | None = None
+    archive_dir: str | None = None  # the services' [streams] archive_dir (a user's own; None: <run dir>/archive)
 
     @property
     def archive(self) -> Path:
-        """The run's Parquet event archive (``[streams] archive_dir`` of the run)."""
-        return Path(self.run_dir) / "archive"
+        """The run's Parquet event archive: the ``[streams] archive_dir`` its services write (recorded at start;
+        ``<run dir>/archive``, the run's default, for a record without it)."""
+        return Path(self.archive_dir) if self.archive_dir else Path(self.run_dir) / "archive"
 
     def live(self) -> bool:
         """Not marked finished and its process still runs (a streamgrpo process: a reused pid does not count)."""

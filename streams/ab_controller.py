@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -72,12 +71,6 @@ def comparison_only(line: Line, version: int, max_staleness: int) -> bool:
         return False
     behind = pacing.versions_behind(line.latest, version, ancestors(line, line.latest))
     return not pacing.control_arm_trains(behind, max_staleness)
-
-
-def control_arm_rule(settings: StreamsSettings) -> Callable[[Line, int], bool]:
-    """:func:`comparison_only` at the settings' ``max_staleness``: which groups the fan-out's admission leaves out of
-    its budget (:class:`~streamgrpo.streams.follower.LoopView`)."""
-    return lambda line, version: comparison_only(line, version, settings.max_staleness)
 
 
 def policy_from(s: StreamsSettings) -> ABPolicy:

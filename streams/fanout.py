@@ -47,7 +47,7 @@ from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
 from streamgrpo.lifecycle.pacing import Backlog, Pacing
-from streamgrpo.streams.ab_controller import choose_version
+from streamgrpo.streams.ab_controller import choose_version, comparison_only
 from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.streams.curriculum import Curriculum, CurriculumPolicy, Decision
@@ -91,13 +91,17 @@ def check_task(task: R.Task, encoded_size: int) -> tuple[str, str] | None:
     return None
 
 
-def fan_out(task: R.Task, version: int, policy: FanoutPolicy) -> list[R.RolloutRequest]:
-    """The group's N requests; raises ValueError for a task :func:`check_task` rejects on its fields."""
+def fan_out(task: R.Task, version: int, policy: FanoutPolicy, control: bool = False) -> list[R.RolloutRequest]:
+    """The group's N requests; raises ValueError for a task :func:`check_task` rejects on its fields. ``control``:
+    the group starts as the A/B control arm (``metadata[pacing.AB_ARM_KEY]``; a task's own value is dropped)."""
     problem = check_task(task, 0)
     if problem is not None:
         raise ValueError(problem[1])
     task_id = task.envelope.task_id or ""
     group = ids.group_id(task_id, ids.attempt_of(task.metadata))
+    metadata = {k: v for k, v in task.metadata.items() if k != pacing.AB_ARM_KEY}
+    if control:
+        metadata[pacing.AB_ARM_KEY] = pacing.CONTROL_ARM
     out = []
     for i in range(task.group_size):
         rollout = ids.rollout_id(group, i)
@@ -106,7 +110,7 @@ def fan_out(task: R.Task, version: int, policy: FanoutPolicy) -> list[R.RolloutR
                                     group_id=group, rollout_id=rollout),
             question=task.question, source=task.source, rollout_index=i, group_size=task.group_size,
             adapter_name=policy.adapter_name, adapter_version=version, max_turns=policy.max_turns,
-            sampling=policy.sampling, metadata=dict(task.metadata),
+            sampling=policy.sampling, metadata=dict(metadata),
         ))
     return out
 
@@ -206,11 +210,13 @@ class _Shell:
         sized = self.curriculum.sized(task)  # a probe group when the task's kind is cold
         if not await self.admitted(sized):
             return False
-        version = choose_version(view.adapters(self.policy.adapter_name), group, ctx.settings.canary_share)
-        requests = fan_out(sized, version, self.policy)
+        line = view.adapters(self.policy.adapter_name)
+        version = choose_version(line, group, ctx.settings.canary_share)
+        control = comparison_only(line, version, ctx.settings.max_staleness)
+        requests = fan_out(sized, version, self.policy, control)
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
-        view.note_requested(group, len(requests), version)
+        view.note_requested(group, len(requests), control)
         self.curriculum.remember(task, ids.attempt_of(task.metadata))
         ctx.count("fanout.groups")
         if "curriculum" in task.metadata:

@@ -33,7 +33,6 @@ from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
 from streamgrpo.lifecycle.pacing import Backlog
 from streamgrpo.lifecycle.registry import AdapterRegistry, Announced, Line, Refused
-from streamgrpo.streams.ab_controller import control_arm_rule
 from streamgrpo.streams.app import StreamsContext
 from streamgrpo.streams.refusals import RefusalLetters
 from streamgrpo.topics import catalog
@@ -46,11 +45,8 @@ TOPICS = (catalog.ADAPTER_EVENTS, catalog.GROUPS, catalog.ROLLOUT_REQUESTS)
 class LoopView:
     """The fold (pure: ``apply(event)`` only)."""
 
-    def __init__(self, canary_share: float, adapter_name: str = "planner",
-                 is_control: Callable[[Line, int], bool] | None = None) -> None:
+    def __init__(self, canary_share: float) -> None:
         self.registry = AdapterRegistry(canary_share)
-        self.adapter_name = adapter_name
-        self.is_control = is_control  # None: no group is told apart as the A/B control arm
         self.requested: set[str] = set()
         self.closed: set[str] = set()
         self.open: dict[str, int] = {}  # group id -> rollouts requested
@@ -73,25 +69,21 @@ class LoopView:
     def adapters(self, adapter_name: str) -> Line:
         return self.registry.line(adapter_name)
 
-    def note_requested(self, group_id: str, group_size: int, version: int | None = None) -> None:
-        """A group of ``group_size`` rollouts served by ``version`` was requested; it is the A/B control arm's,
-        outside the admission budget, when that version is the primary of a line under test and its samples
-        would already be too old to train (``is_control``: :func:`~streamgrpo.streams.ab_controller.control_arm_rule`)."""
+    def note_requested(self, group_id: str, group_size: int, control: bool = False) -> None:
+        """A group of ``group_size`` rollouts was requested; ``control``: the fan-out started it as the A/B control
+        arm (its requests' ``metadata[pacing.AB_ARM_KEY]``), outside the admission budget until it closes."""
         if group_id not in self.requested:
             self.requested.add(group_id)
             if group_id not in self.closed:
                 self.open[group_id] = group_size
-                if version is not None and self.is_control is not None \
-                        and self.is_control(self.registry.line(self.adapter_name), version):
+                if control:
                     self.control.add(group_id)
 
     def apply(self, event: R.Event) -> list[Refused]:
         """Fold one event; returns the announcements the registry refused (they changed nothing)."""
         if isinstance(event, R.RolloutRequest):
-            if event.adapter_name == self.adapter_name:
-                self.note_requested(event.envelope.group_id or "", event.group_size, event.adapter_version)
-            else:
-                self.note_requested(event.envelope.group_id or "", event.group_size)
+            self.note_requested(event.envelope.group_id or "", event.group_size,
+                                event.metadata.get(pacing.AB_ARM_KEY) == pacing.CONTROL_ARM)
         elif isinstance(event, R.GroupClosed):
             self._closed(event)
         else:
@@ -140,7 +132,7 @@ def follower_for(ctx: StreamsContext) -> StreamsFollower:
     """The worker's one follower (created and started on first use), with the dead letters of what it refuses."""
     if ctx.follower is not None:
         return ctx.follower
-    view = LoopView(ctx.settings.canary_share, ctx.settings.adapter_name, control_arm_rule(ctx.settings))
+    view = LoopView(ctx.settings.canary_share)
     letters = RefusalLetters(ctx, view.apply)
     follower = StreamsFollower(view, LogFollower(ctx.kafka, TOPICS, letters.handle, codec=ctx.codec))
     letters.caught_up = follower.caught_up

@@ -48,3 +48,23 @@ def test_admission_follows_the_concurrency_the_workers_will_run_env_included(tmp
     rollout = config.load(RolloutConfig, "rollout", path=path, environ=environ)
     streams = config.load(StreamsSettings, "streams", path=path, environ=environ)
     assert rollout.concurrency == 3 and streams.max_groups_in_flight == 2 * 3
+
+
+def test_the_run_records_the_archive_its_services_write(tmp_path: Path) -> None:
+    """`status`, `tail`, `analyse` and `adapters` --run read a finished run's archive where its services wrote it:
+    the run's default, a user's own [streams] archive_dir, or the environment's (they looked in <run dir>/archive)."""
+    from streamgrpo import runs
+    from streamgrpo.cli.run import archive_dir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    assert archive_dir(_write_config(run_settings(tmp_path), run_dir), environ={}) == run_dir / "archive"
+    user = tmp_path / "user.toml"
+    user.write_text(f'[streams]\narchive_dir = "{tmp_path / "mine"}"\n')
+    path = _write_config(run_settings(tmp_path, str(user)), run_dir)
+    assert archive_dir(path, environ={}) == tmp_path / "mine"
+    env = {"STREAMGRPO_STREAMS__ARCHIVE_DIR": str(tmp_path / "env")}
+    assert archive_dir(path, environ=env) == tmp_path / "env"
+    record = runs.RunRecord("r", "127.0.0.1:1", "", str(run_dir), 1, 0.0, archive_dir=str(tmp_path / "mine"))
+    assert record.archive == tmp_path / "mine"
+    assert runs.RunRecord("r", "127.0.0.1:1", "", str(run_dir), 1, 0.0).archive == run_dir / "archive"  # older records

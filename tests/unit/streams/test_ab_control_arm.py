@@ -135,15 +135,21 @@ def test_a_group_that_started_as_the_control_arm_closes_as_one_after_its_test_is
     import asyncio
     import types
 
+    from streamgrpo.streams.fanout import FanoutPolicy, fan_out
     from streamgrpo.streams.follower import LoopView
     from streamgrpo.streams.window import Window
 
-    view = LoopView(0.5, is_control=lambda line_, version: comparison_only(line_, version, 1))
+    view = LoopView(0.5)
     view.apply(R.AdapterPublished(R.Envelope.new("trainer", event_id=ids.adapter_published_id("planner", 1)),
                                   "planner", 1, "file:///a/1", "0" * 64, "base", 1, [], auto_promote=False))
-    started = R.RolloutRequest(R.Envelope.new("streams", group_id=G, rollout_id=ids.rollout_id(G, 0)), "q", "s", 0,
-                               4, "planner", 0, 4, R.SamplingParams())
-    view.apply(started)
+    policy = FanoutPolicy("planner", 4, R.SamplingParams(), 4, 1, 8)
+    task = R.Task(R.Envelope.new("up", task_id="task-1"), "2+2?", "math", 4, ["4"], metadata={"ab_arm": "forged"})
+    assert G == ids.group_id("task-1")
+    assert "ab_arm" not in fan_out(task, 0, policy)[0].metadata  # a task's own value is dropped
+    started = fan_out(task, 0, policy, control=comparison_only(view.adapters("planner"), 0, 1))
+    assert {r.metadata["ab_arm"] for r in started} == {"control_arm"}
+    for r in started:
+        view.apply(r)
     caught_up = asyncio.Event()
     caught_up.set()
     window = Window.__new__(Window)  # the agent's state without a Faust app: only what _control reads
