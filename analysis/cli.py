@@ -47,13 +47,12 @@ def _archive(ctx: click.Context, archive_dir: str | None, live: bool, bootstrap:
     """The archive to query: ``--archive-dir``; else a run's (``--run ID``, or the latest live run when no Kafka
     is configured: :func:`streamgrpo.runs.locate`); else the configured one; or a temporary snapshot of the
     topics (``--live``, or no archive there) of the run's broker or the configured Kafka."""
-    from streamgrpo.config import BrokerSettings, KafkaSettings, load
-    from streamgrpo.runs import locate
+    from streamgrpo.config import load
+    from streamgrpo.runs import locate_configured
     from streamgrpo.streams.config import StreamsSettings
 
     path = (ctx.obj or {}).get("config_path")
-    kafka, run = locate(load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap, "topic_prefix": prefix}),
-                        load(BrokerSettings, "broker", path=path).home, run_id)
+    kafka, run = locate_configured(path, run_id, bootstrap=bootstrap, topic_prefix=prefix)
     if run is not None and not run.live() and live:
         raise click.UsageError(f"run {run.run_id} has finished: its broker is gone; drop --live to query its "
                                f"archive {run.archive}")

@@ -199,14 +199,11 @@ class Where:
 
 def _context(ctx: click.Context, bootstrap: str | None, topic_prefix: str | None, adapter: str | None,
              run_id: str | None = None) -> Where:
-    from streamgrpo.config import BrokerSettings
-    from streamgrpo.runs import locate
+    from streamgrpo.runs import locate_configured
 
     path = (ctx.obj or {}).get("config_path")
-    kafka = config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap,
-                                                                      "topic_prefix": topic_prefix})
     loop = config.load(LoopSettings, "loop", path=path)
-    kafka, run = locate(kafka, config.load(BrokerSettings, "broker", path=path).home, run_id)
+    kafka, run = locate_configured(path, run_id, bootstrap=bootstrap, topic_prefix=topic_prefix)
     archive = run.archive if run is not None and not run.live() else None
     if archive is not None and not archive.is_dir():
         raise ConfigError(f"run {run_id} has finished and left no event archive at {archive}")

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import click
 
-from streamgrpo import config
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics import catalog
 
@@ -74,8 +73,7 @@ def label(ctx: click.Context, rollout_id: str | None, score: float | None, file:
     The window uses a human reward ahead of the judge's while the rollout's group is open; it is kept
     apart from judge rewards in metrics, the A/B test and `streamgrpo adapters`.
     """
-    from streamgrpo.config import BrokerSettings
-    from streamgrpo.runs import locate
+    from streamgrpo.runs import locate_configured
     from streamgrpo.topics.sdk import Label, LabelError, label_rollouts
 
     if file is not None and rollout_id is not None:
@@ -85,10 +83,8 @@ def label(ctx: click.Context, rollout_id: str | None, score: float | None, file:
     pairs = read_labels(file) if file is not None else [(str(rollout_id), float(score or 0.0))]
     if not pairs:
         raise LabelError(f"{file}: no labels in the file; nothing was written")
-    path = (ctx.obj or {}).get("config_path")
-    kafka = config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap,
-                                                                      "topic_prefix": topic_prefix})
-    kafka, run = locate(kafka, config.load(BrokerSettings, "broker", path=path).home, run_id)
+    kafka, run = locate_configured((ctx.obj or {}).get("config_path"), run_id, bootstrap=bootstrap,
+                                   topic_prefix=topic_prefix)
     if run is not None and not run.live():
         raise LabelError(f"run {run.run_id} has finished: its groups are closed, a label would change nothing")
     rewards = label_rollouts(kafka, [Label(r, s) for r, s in pairs], by)

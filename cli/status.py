@@ -349,13 +349,12 @@ def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tu
     metrics endpoint; a service whose endpoint does not answer is shown as DOWN. A finished run (`--run ID`)
     is shown as history from its event archive: versions, served, stale share, A/B, dead letters of the run.
     """
-    from streamgrpo.config import BrokerSettings, LoopSettings
-    from streamgrpo.runs import locate
+    from streamgrpo.config import LoopSettings
+    from streamgrpo.runs import locate_configured
 
     config_path = (ctx.obj or {}).get("config_path")
     loop = load(LoopSettings, "loop", path=config_path)
-    kafka, run = locate(load(KafkaSettings, "kafka", path=config_path),
-                        load(BrokerSettings, "broker", path=config_path).home, run_id)
+    kafka, run = locate_configured(config_path, run_id)
     if run is not None and not run.live():
         if watch:
             raise click.UsageError(f"run {run.run_id} has finished: nothing to watch; drop --watch to see its history")

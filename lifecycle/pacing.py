@@ -26,9 +26,10 @@ the version that sampled it. Everything derived from them lives here:
   ``samples_per_step`` samples are queued (the trainer would starve otherwise) and never more than
   ``max_groups_in_flight`` groups at once. The A/B control arm's groups that are requested for the comparison
   only (:func:`control_arm_trains` false when they start; the fan-out records it in their requests'
-  ``metadata[AB_ARM_KEY]``) give the trainer no samples, so they are not in the budget or the never-starve count: they are bounded by ``max_groups_in_flight`` alone, and a test does not
-  take the training line's share of the budget (one that trains after all, its test decided before it closed,
-  is dropped by the trainer's rule if it is too old).
+  ``metadata[AB_ARM_KEY]``) give the trainer no samples, so they are not in the budget or the never-starve
+  count: they are bounded by ``max_groups_in_flight`` alone, and a test does not take the training line's
+  share of the budget. Such a group closes as the control arm even if its test is decided while it runs (the
+  window reads the same record), so it never trains beyond the budget.
 - **the intake capacity** (:attr:`Pacing.intake_capacity`): the budget plus one step of slack for what
   admission does not pace (replays, requests produced straight to ``rollout-requests``).
 - **the queue** (:func:`pending_samples`, :func:`samples_dequeued`): samples produced by closed groups

@@ -134,3 +134,14 @@ def locate(kafka: KafkaSettings, home: Path, run_id: str | None = None) -> tuple
     if not kafka.topic_prefix:
         update["topic_prefix"] = record.topic_prefix
     return kafka.model_copy(update=update), record
+
+
+def locate_configured(config_path: str | None, run_id: str | None = None, *, bootstrap: str | None = None,
+                      topic_prefix: str | None = None) -> tuple[KafkaSettings, RunRecord | None]:
+    """:func:`locate` with the ``[kafka]`` settings of ``config_path`` (a command's ``--bootstrap`` and topic
+    prefix applied when given) and its ``[broker] home``: what every command that finds a run calls."""
+    from streamgrpo.config import BrokerSettings, load
+
+    kafka = load(KafkaSettings, "kafka", path=config_path, overrides={"bootstrap": bootstrap,
+                                                                       "topic_prefix": topic_prefix})
+    return locate(kafka, load(BrokerSettings, "broker", path=config_path).home, run_id)

@@ -20,11 +20,9 @@ def kafka_settings(ctx: click.Context, bootstrap: str | None, prefix: str | None
     """The [kafka] settings with the options applied; without a bootstrap, the latest live `streamgrpo run`'s
     broker and topic prefix (:func:`streamgrpo.runs.locate`), else the embedded broker of `broker up`.
     The commands of :mod:`streamgrpo.tasks.cli` use it too."""
-    from streamgrpo.runs import locate
+    from streamgrpo.runs import locate_configured
 
-    path = (ctx.obj or {}).get("config_path")
-    kafka = config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap, "topic_prefix": prefix})
-    return locate(kafka, _broker_settings(ctx).home)[0]
+    return locate_configured((ctx.obj or {}).get("config_path"), bootstrap=bootstrap, topic_prefix=prefix)[0]
 
 
 def _broker_settings(ctx: click.Context, **overrides: Any) -> BrokerSettings:
@@ -144,27 +142,22 @@ def tail(ctx: click.Context, topic: str, from_beginning: bool, limit: int | None
     Without --follow it stops at the topic's current end. A finished run's topics are read from its
     Parquet archive (the events it archived, in partition and offset order).
     """
-    from streamgrpo.runs import locate
+    from streamgrpo.runs import locate_configured
     from streamgrpo.topics.catalog import CATALOG
 
     if topic not in CATALOG:
         raise click.ClickException(f"unknown topic {topic!r}; known: {', '.join(CATALOG)}")
-    path = (ctx.obj or {}).get("config_path")
-    settings = config.load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap, "topic_prefix": prefix})
-    kafka, run = locate(settings, _broker_settings(ctx).home, run_id)
+    kafka, run = locate_configured((ctx.obj or {}).get("config_path"), run_id, bootstrap=bootstrap,
+                                   topic_prefix=prefix)
     try:
         if run is not None and not run.live():
-            _tail_archive(run.run_id, Path(run.archive), topic, limit, follow, raw)
+            _tail_archive(run.run_id, run.archive, topic, limit, follow, raw)
             return
         from streamgrpo.topics.follow import iter_topic
 
         for r in iter_topic(kafka, topic, limit=limit, follow=follow, from_beginning=from_beginning or not follow):
-            line: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                                    "key": r.key.decode(errors="replace") if r.key else None}
-            if r.event is not None:
-                line["type"] = type(r.event).__name__
-                line["event"] = r.event.to_avro()
-            else:
+            line = _tail_line(r.topic, r.partition, r.offset, r.key, r.event)
+            if r.event is None:
                 line["error"] = r.error
             if raw:
                 line["raw"] = r.value.hex()
@@ -188,10 +181,18 @@ def _tail_archive(run_id: str, archive: Path, topic: str, limit: int | None, fol
     for n, (event, place) in enumerate(read_events(archive, topic)):
         if limit is not None and n >= limit:
             return
-        line = {"topic": place.topic, "partition": place.partition, "offset": place.offset,
-                "key": place.key.decode(errors="replace") if place.key else None, "type": type(event).__name__,
-                "event": event.to_avro()}
+        line = _tail_line(place.topic, place.partition, place.offset, place.key, event)
         click.echo(json.dumps(line, default=_json_default))
+
+
+def _tail_line(topic: str, partition: int, offset: int, key: bytes | None, event: Any) -> dict[str, Any]:
+    """One ``tail`` line: the record's place and its decoded event (the same shape live and from an archive)."""
+    line: dict[str, Any] = {"topic": topic, "partition": partition, "offset": offset,
+                            "key": key.decode(errors="replace") if key else None}
+    if event is not None:
+        line["type"] = type(event).__name__
+        line["event"] = event.to_avro()
+    return line
 
 
 def _json_default(value: Any) -> Any:
