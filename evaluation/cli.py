@@ -170,9 +170,10 @@ def render(runs: list[Any], fmt: str) -> str:
 @click.option("--bootstrap", default=None, help="Kafka bootstrap servers (overrides [kafka] bootstrap).")
 @click.pass_context
 def evaluator_command(ctx: click.Context, bootstrap: str | None) -> None:
-    """Evaluate every newly published adapter version on a fixed held-out sample and publish the results
-    (EvaluationCompleted on `evaluations`); `streamgrpo run` starts it. Settings: [evaluator]
-    (tasks, limit, every, include_base, batch_size, nice, poll_s, metrics_port), and the agent's [rollout] / [loop]."""
+    """Evaluate newly published adapter versions on a fixed held-out sample and publish the results
+    (EvaluationCompleted on `evaluations`): the base model at start, then the newest version at most once per
+    interval_s (default 300 s). `streamgrpo run` starts it. Settings: [evaluator] (tasks, limit, every, interval_s,
+    include_base, batch_size, nice, poll_s, metrics_port), and the agent's [rollout] / [loop]."""
     import signal
     import threading
 

@@ -2,17 +2,19 @@
 
 It follows ``adapter-events`` and ``evaluations`` with one log follower for its lifetime (read from the
 beginning once, then only new records; a broker that does not answer at start is waited for, one that goes
-away later is ridden out); when a version is published (every ``every``-th one, and the base
-model once at start) it loads the announced files -- only from the adapter store (``[loop]
-adapter_store``) and only if their sha256 matches the event; any other version is logged as skipped
-with the reason and never evaluated --, evaluates the agent as served on a FIXED held-out sample (the
-first ``limit`` tasks of ``tasks``, greedy), and publishes an ``EvaluationCompleted`` (trigger ``run-evaluator``). When versions come
-faster than it evaluates, it takes the NEWEST pending one, so the curve stays current instead of
-falling behind. Versions already evaluated on the same task set by an evaluator (read back from ``evaluations``: at
-start, and as they come) are not evaluated again, so a restarted evaluator resumes.
+away later is ridden out). It evaluates the base model once at start, then at most one version per
+``interval_s`` seconds: the NEWEST version published and not yet evaluated (of every ``every``-th one), so the
+curve stays current instead of falling behind. It loads the announced files -- only from the adapter store
+(``[loop] adapter_store``) and only if their sha256 matches the event; any other version is logged as skipped with
+the reason and never evaluated --, evaluates the agent as served on a FIXED held-out sample (the first ``limit``
+tasks of ``tasks``, greedy), and publishes an ``EvaluationCompleted`` (trigger ``run-evaluator``). Versions already
+evaluated on the same task set by an evaluator (read back from ``evaluations``: at start, and as they come) are
+not evaluated again, so a restarted evaluator resumes.
 
 Cost on a small machine: the evaluator runs at a lower CPU priority (``nice``) than the rollout
-workers and the trainer, on a small sample; BENCHMARKS.md measures what it costs the loop.
+workers and the trainer, on a small sample, and by default starts an evaluation at most every 5 minutes: on 2
+cores an evaluator that evaluates every version is busy the whole run and costs the loop a quarter of its
+rollouts whatever its priority (docs/learning.md measures it).
 
 What is not covered: evaluating canaries differently from other versions (every version is treated
 alike), sampling-based evaluation in the loop (``streamgrpo eval --samples`` does that on demand).
@@ -50,6 +52,9 @@ class EvaluatorSettings(StrictModel):
     limit: int = Field(32, ge=1, le=100_000, description="Tasks of the fixed held-out sample (the first N).")
     every: int = Field(1, ge=1, le=1000, description="Evaluate every N-th published version (the newest pending "
                        "one is taken when versions come faster than evaluations).")
+    interval_s: float = Field(300.0, ge=0, le=86_400, description="Start an evaluation at most once per this many "
+                              "seconds (the newest version pending when it is due; 0 = as soon as one is "
+                              "published). The base model is evaluated at start regardless.")
     include_base: bool = Field(True, description="Evaluate the base model (v0) once, as the reference.")
     batch_size: int = Field(16, ge=1, le=512, description="Tasks run at once.")
     nice: int = Field(10, ge=0, le=19, description="CPU niceness of the evaluator process (the loop's rollout "
@@ -72,11 +77,16 @@ class Evaluator:
 
         self.task_hash = task_set_hash([(t.question, t.ground_truths) for t in self.rows])
         self.done: set[int] = set()
+        self.last_started: float | None = None  # time.monotonic() of the last evaluation started
 
-    def pending(self, published: dict[int, R.AdapterPublished]) -> int | None:
-        """The version to evaluate next: the base first (if asked), then the newest not yet evaluated."""
+    def pending(self, published: dict[int, R.AdapterPublished], now: float | None = None) -> int | None:
+        """The version to evaluate next: the base first (if asked), then, once ``interval_s`` has passed since the
+        last evaluation started, the newest not yet evaluated."""
         if self.settings.include_base and 0 not in self.done:
             return 0
+        now = time.monotonic() if now is None else now
+        if self.last_started is not None and now - self.last_started < self.settings.interval_s:
+            return None
         todo = [v for v in published if v not in self.done and v % self.settings.every == 0]
         return max(todo) if todo else None
 
@@ -92,6 +102,7 @@ class Evaluator:
 
         name = self.session.loop.adapter_name  # announced files load only from the session's adapter store
         target = base_target(name) if version == 0 else from_event(published[version], self.session.store)
+        self.last_started = time.monotonic()  # a version that does not verify does not use up the interval
         run = self.session.run_one(target, self.rows, self.spec)
         self.done.add(version)
         return run.run.event(self.session.judge.info, trigger="run-evaluator", service="evaluator")

@@ -26,7 +26,8 @@ from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker
 
-SETTINGS = EvaluatorSettings(limit=1, include_base=False, batch_size=1, nice=0, poll_s=0.1, metrics_port=0)
+SETTINGS = EvaluatorSettings(limit=1, include_base=False, batch_size=1, nice=0, poll_s=0.1, metrics_port=0,
+                             interval_s=0)
 IDLE_S = 2.0  # polls with nothing new between the two announcements: ~20 at poll_s = 0.1
 
 

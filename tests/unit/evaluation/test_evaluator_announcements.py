@@ -4,10 +4,11 @@ per-poll read did), and each evaluation is handed over once."""
 
 from __future__ import annotations
 
+import pytest
 from fixtures.sample_events import sample_events
 
 from streamgrpo.avro import records as R
-from streamgrpo.evaluation.service import Announcements
+from streamgrpo.evaluation.service import Announcements, Evaluator, EvaluatorSettings
 
 
 def _published(name: str, version: int, sha: str = "0" * 64) -> R.AdapterPublished:
@@ -31,3 +32,50 @@ def test_the_fold_keeps_its_adapters_versions_and_hands_each_evaluation_over_onc
     fold.apply(evaluation)
     assert fold.take_evaluations() == [evaluation]
     assert fold.take_evaluations() == []
+
+
+class _Session:
+    """What :class:`Evaluator` reads of its session to choose a version (no model is loaded by ``pending``)."""
+
+    def spec(self, tasks: str, batch_size: int) -> None:
+        return None
+
+
+def _evaluator(**settings: object) -> Evaluator:
+    class Row:
+        question, ground_truths = "What is 2 + 2?", ["4"]
+
+    return Evaluator(EvaluatorSettings(metrics_port=0, **settings), _Session(), [Row()])
+
+
+def test_after_the_base_the_newest_version_is_evaluated_at_most_once_per_interval() -> None:
+    ev = _evaluator(interval_s=300.0)
+    published = {v: _published("planner", v) for v in (1, 2)}
+    assert ev.pending(published, now=0.0) == 0, "the base first, whatever the interval"
+    ev.done.add(0)
+    ev.last_started = 0.0
+    assert ev.pending(published, now=299.0) is None, "not before interval_s has passed since the last start"
+    published[3] = _published("planner", 3)
+    assert ev.pending(published, now=300.0) == 3, "then the newest pending version, not the oldest"
+    ev.done.add(3)
+    ev.last_started = 300.0
+    assert ev.pending(published, now=599.9) is None
+    assert ev.pending(published, now=600.0) == 2
+    assert _evaluator(interval_s=0.0, include_base=False).pending(published, now=0.0) == 3
+
+
+def test_a_version_that_does_not_verify_does_not_use_up_the_interval(tmp_path: object) -> None:
+    from streamgrpo.errors import StreamGRPOError
+
+    ev = _evaluator(interval_s=300.0, include_base=False)
+
+    class Loop:
+        adapter_name = "planner"
+
+    ev.session.loop = Loop()  # type: ignore[attr-defined]
+    ev.session.store = tmp_path  # type: ignore[attr-defined]
+    forged = {7: _published("planner", 7)}  # its uri is outside the store: it cannot load
+    with pytest.raises(StreamGRPOError):
+        ev.evaluate(7, forged)
+    assert ev.last_started is None
+    assert ev.pending({**forged, 8: _published("planner", 8)}, now=1.0) == 8
