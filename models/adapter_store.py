@@ -136,10 +136,14 @@ def sha256_dir(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
+#: The files an adapter version directory must hold to be loaded.
+REQUIRED_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
 def verify(path: str | os.PathLike[str], expected_sha256: str) -> None:
     """Raise :class:`AdapterIntegrityError` unless ``path`` holds an adapter whose sha256 matches."""
     base = Path(path)
-    for required in ("adapter_config.json", "adapter_model.safetensors"):
+    for required in REQUIRED_FILES:
         if not (base / required).is_file():
             raise AdapterIntegrityError(f"adapter at {base} is missing {required}; refusing to load it")
     actual = sha256_dir(base)

@@ -12,7 +12,9 @@ the two folds). The test counts a control group by its rewards whether or not it
 and the live statistics (:mod:`streamgrpo.lifecycle.stats`), fed by a group-less
 :class:`~streamgrpo.topics.follow.LogFollower` over ``adapter-events``, ``rewards``,
 ``planner-actions``, ``groups`` and ``evaluations``. :meth:`Lifecycle.next_events` says what to
-write now: the explicit rollback of a version born from a rolled-back parent, then the verdict of
+write now: the explicit rollback of a version born from a rolled-back parent, then the rollback of a version
+whose files do not verify in the adapter store (:mod:`streamgrpo.lifecycle.file_check`: the leader checks the
+primary and every version above it once, off the event loop; ``[streams] adapter_check``), then the verdict of
 the running test (AdapterPromoted / AdapterRolledBack / AdapterVerdict, with the statistics and
 deterministic ids: two controllers deciding the same thing write the same id). After writing, the
 controller waits until its own follower has folded the event before it decides again.
@@ -30,10 +32,12 @@ start-up replay reads those topics from the beginning (planner-actions included)
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from faust.types import TP
@@ -43,9 +47,12 @@ from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle import pacing
 from streamgrpo.lifecycle.ab import ABInput, ABPolicy, Guardrails, Verdict, decide
+from streamgrpo.lifecycle.actions import rollback_target
 from streamgrpo.lifecycle.adapter_state import adapter_states, content_key
+from streamgrpo.lifecycle.file_check import FileCheck
 from streamgrpo.lifecycle.registry import AdapterRegistry, Line, ancestors
 from streamgrpo.lifecycle.stats import Stats
+from streamgrpo.models.errors import AdapterActionError
 from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.topics import catalog
@@ -71,6 +78,20 @@ def comparison_only(line: Line, version: int, max_staleness: int) -> bool:
         return False
     behind = pacing.versions_behind(line.latest, version, ancestors(line, line.latest))
     return not pacing.control_arm_trains(behind, max_staleness)
+
+
+def files_rollback(line: Line, adapter: str, version: int, reason: str) -> R.AdapterRolledBack | None:
+    """The rollback of ``version``, whose files do not verify: to its nearest good ancestor when it is the primary,
+    else to the primary (the line under test goes with it); None when it is discarded already or cannot be rolled
+    back (the base model)."""
+    if version not in line.announced or version in line.discarded:
+        return None
+    try:
+        v, restored = rollback_target(line, version, None)
+    except AdapterActionError:
+        return None
+    return R.AdapterRolledBack(R.Envelope.new(SERVICE, event_id=ids.rollback_id(adapter, v)), adapter, v, restored,
+                               f"its files do not verify in the adapter store: {reason}", {}, SERVICE)
 
 
 def policy_from(s: StreamsSettings) -> ABPolicy:
@@ -125,6 +146,7 @@ class Lifecycle:
         self.pending: dict[str, float] = {}  # event id written -> when (until the fold has it)
         self.last: Verdict | None = None
         self.published: dict[str, tuple[Any, ...]] = {}  # version key -> content of the last AdapterState sent
+        self.files: FileCheck | None = None  # set by the shell when [streams] adapter_check is on
 
     def apply(self, event: R.Event) -> None:
         self.registry.apply(event)
@@ -146,6 +168,11 @@ class Lifecycle:
             if born and born[-1].by == "registry":  # rolled back by the fold at publication: say so in the log
                 out.append(R.AdapterRolledBack(R.Envelope.new(SERVICE, event_id=ids.rollback_id(self.adapter_name, v)),
                                                self.adapter_name, v, line.primary, born[-1].reason, {}, SERVICE))
+        for v, reason in sorted(self.files.failed.items()) if self.files is not None and not out else ():
+            event = files_rollback(line, self.adapter_name, v, reason)
+            if event is not None:  # one at a time: it discards the versions above the one it restores
+                out.append(event)
+                break
         if not out and self.canary_share > 0:
             inp = ab_input(line, self.stats, self.adapter_name, now_s)
             self.last = decide(inp, self.policy) if inp is not None else None
@@ -189,6 +216,8 @@ def register(ctx: StreamsContext) -> Lifecycle:
 
     s = ctx.settings
     life = Lifecycle(s.adapter_name, s.canary_share, policy_from(s), s.success_threshold)
+    if s.adapter_check:
+        life.files = FileCheck(Path(s.adapter_store), s.adapter_verify_grace_s)
     follower = LogFollower(ctx.kafka, TOPICS, fold_events(life.apply), codec=ctx.codec)
     last_publish = [0.0]
 
@@ -201,6 +230,9 @@ def register(ctx: StreamsContext) -> Lifecycle:
         eval_gauges(life)
         if not leads():
             return
+        if life.files is not None:
+            for ann in life.files.pending(life.line):  # hashing a version's files is blocking I/O
+                await asyncio.to_thread(life.files.check, ann, time.time())
         for event in life.next_events(time.time()):
             log.info("lifecycle: %s v%s: %s", type(event).__name__, getattr(event, "version", "?"),
                      getattr(event, "reason", ""))

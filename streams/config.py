@@ -23,7 +23,7 @@ class StreamsSettings(StrictModel):
     """Everything the Faust worker of ``streamgrpo streams`` needs besides the broker address."""
 
     SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_turns", "max_staleness", "samples_per_step",
-                                                "canary_share", "home")
+                                                "canary_share", "home", "adapter_store")
 
     # -- app ---------------------------------------------------------------------------------------
     app_id: str = Field("streamgrpo-streams", description="Faust app id = consumer group; the topic prefix is prepended.")
@@ -142,6 +142,17 @@ class StreamsSettings(StrictModel):
                                                "the canary's rollouts the judge could not score reaches this.")
     ab_guard_parse_failure_rate: float = Field(0.8, gt=0, le=1, description="Guardrail: roll back when the canary's "
                                                "planner parse-failure rate reaches this.")
+    adapter_store: Path = shared("adapter_store")
+    adapter_check: bool = Field(
+        True, description="The A/B controller checks the files of every version that may serve (the primary and the "
+        "versions above it) in the adapter store, once, and rolls back a version whose files are outside the store, "
+        "missing or do not hash to its announced sha256 (a forged or broken announcement would otherwise serve no "
+        "group on any worker). Needs the adapter store readable by the streams workers (the k8s manifests mount it "
+        "read-only); remote uris are left to the rollout workers.")
+    adapter_verify_grace_s: float = Field(120.0, ge=0, le=3600, description="How long the A/B controller waits for an "
+                                          "announced version's MISSING files before it rolls the version back (a "
+                                          "shared file system may show them late); a sha256 mismatch or a path "
+                                          "outside the store is rolled back at once.")
     registry_interval_s: float = Field(5.0, gt=0, le=600, description="How often the A/B agent publishes changed "
                                        f"AdapterStates on the compacted {catalog.ADAPTER_REGISTRY} topic.")
     # -- archive -----------------------------------------------------------------------------------

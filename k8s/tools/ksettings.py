@@ -192,6 +192,16 @@ def _check_wiring(objs: list[Obj], toml: dict[str, Any], pairs: list[tuple[Obj, 
             claims = {_mount_claim(w, c, str(r.get("adapter_store"))), _mount_claim(*trainer, str(t_store))}
             if None in claims or len(claims) != 1:
                 out.append(Finding(ref(w), f"rollout and trainer do not mount one adapter-store PVC at the store path: {claims}"))
+    streams = by_section.get("streams")
+    s_cfg = loaded.get((id(streams[1]), "streams")) if streams else None
+    if streams and trainer and getattr(s_cfg, "adapter_check", True):
+        s_store = str(effective(toml, "loop", _env(streams[1])).get("adapter_store"))
+        t_claim = _mount_claim(*trainer, str(effective(toml, "loop", _env(trainer[1])).get("adapter_store")))
+        s_claim = _mount_claim(*streams, s_store)
+        if s_claim is None or s_claim != t_claim:
+            out.append(Finding(ref(streams[0]), f"streams checks adapter files ([streams] adapter_check) but mounts "
+                               f"{s_claim!r} at {s_store}, not the trainer's adapter-store PVC {t_claim!r}: mount it "
+                               "(read-only) or set adapter_check = false"))
     return out
 
 

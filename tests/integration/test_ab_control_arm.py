@@ -61,7 +61,8 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_ab_at_default_staleness_drops_nothing_stale_and_keeps_both_arms(kafka_ns: KafkaSettings, tmp_path: Path,
                                                                           tiny_base: Path) -> None:
-    worker = WorkerProcess(kafka_ns, "fanout,window,ab", tmp_path / "data", SETTINGS)
+    worker = WorkerProcess(kafka_ns, "fanout,window,ab", tmp_path / "data",
+                           {**SETTINGS, "adapter_store": tmp_path / "store"})  # the trainer's store
     sim = SimulatedWorkersAndJudge(kafka_ns, answer)
     sim.thread.start()
     cfg = TrainerConfig(base_model=str(tiny_base), adapter_store=tmp_path / "store", device="cpu", lora_rank=4,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.adapter_files import write_version
 from support.simulated import SimulatedWorkersAndJudge, completed_and_reward
 from support.streams import WorkerProcess
 
@@ -63,9 +64,11 @@ def tasks(phase: str, n: int) -> list[R.Task]:
     return [R.Task(R.Envelope.new("test", task_id=f"{phase}-{i}"), "2+2?", "sim", 4) for i in range(n)]
 
 
-def publish(v: int, parent: int | None) -> R.AdapterPublished:
+def publish(store: Path, v: int, parent: int | None) -> R.AdapterPublished:
+    """v's announcement, with files in the adapter store that hash to it (the controller checks them)."""
+    uri, sha256 = write_version(store, v)
     return R.AdapterPublished(R.Envelope.new("trainer", event_id=ids.adapter_published_id("planner", v)), "planner", v,
-                              f"file:///store/planner/v{v}", "0" * 64, "base", v, [], parent_version=parent)
+                              uri, sha256, "base", v, [], parent_version=parent)
 
 
 def wait_for(kafka: KafkaSettings, topic: str, found: Callable[[list[R.Event]], bool], worker: WorkerProcess,
@@ -90,11 +93,12 @@ def drained(kafka: KafkaSettings, phase: str, n: int, worker: WorkerProcess) -> 
 
 
 def test_better_promoted_worse_rolled_back_equal_kept_to_max_duration(kafka_ns: KafkaSettings, tmp_path: Path) -> None:
-    worker = WorkerProcess(kafka_ns, "fanout,window,ab", tmp_path / "data", SETTINGS)
+    store = tmp_path / "adapters"
+    worker = WorkerProcess(kafka_ns, "fanout,window,ab", tmp_path / "data", {**SETTINGS, "adapter_store": store})
     sim = SimulatedWorkersAndJudge(kafka_ns, answer)
     sim.thread.start()
     try:
-        send(kafka_ns, publish(1, None), *tasks("A", 40))
+        send(kafka_ns, publish(store, 1, None), *tasks("A", 40))
         events = wait_for(kafka_ns, "adapter-events", lambda evs: bool(decisions(evs, 1)), worker)
         [better] = decisions(events, 1)
         assert isinstance(better, R.AdapterPromoted) and better.reason.startswith("better"), better
@@ -102,7 +106,7 @@ def test_better_promoted_worse_rolled_back_equal_kept_to_max_duration(kafka_ns: 
         assert better.metrics["p_value"] < 0.05 and better.decided_by == "ab-controller"
         drained(kafka_ns, "A", 40, worker)
 
-        send(kafka_ns, publish(2, 1), *tasks("B", 40))
+        send(kafka_ns, publish(store, 2, 1), *tasks("B", 40))
         events = wait_for(kafka_ns, "adapter-events", lambda evs: bool(decisions(evs, 2)), worker)
         [worse] = decisions(events, 2)
         assert isinstance(worse, R.AdapterRolledBack) and worse.reason.startswith("worse"), worse
@@ -110,7 +114,7 @@ def test_better_promoted_worse_rolled_back_equal_kept_to_max_duration(kafka_ns: 
         assert worse.metrics["canary_groups"] + worse.metrics["control_groups"] <= 30
         drained(kafka_ns, "B", 40, worker)
 
-        send(kafka_ns, publish(3, 1), *tasks("C", 60))
+        send(kafka_ns, publish(store, 3, 1), *tasks("C", 60))
         events = wait_for(kafka_ns, "adapter-events", lambda evs: bool(decisions(evs, 3)), worker)
         [equal] = decisions(events, 3)
         assert not isinstance(equal, R.AdapterRolledBack), equal

@@ -6,6 +6,9 @@ fan-out and its follower) on the embedded broker: every new group is requested o
 exactly one letter per bad record with its reason. A restarted worker replays the log and writes none again; an
 announcement of v2 with another sha256 written while it runs is dead-lettered at once. Before, the fold ignored the
 refused announcements silently (a WARNING log line) and nothing was dead-lettered.
+
+A forged announcement that follows the lineage is accepted by the fold; the A/B controller finds that its files do
+not verify in the adapter store and rolls it back (the second test).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.adapter_files import write_version
 from support.streams import WorkerProcess
 
 from streamgrpo.avro import ids
@@ -107,3 +111,34 @@ def test_bad_adapter_events_are_dead_lettered_once_and_the_primary_still_serves(
     assert sorted(d.source_offset for d in second) == [2, 3, 4, 5], [(d.source_offset, d.reason) for d in second]
     live = next(d for d in second if d.source_offset == 5)
     assert live.reason_code == "adapter_lineage" and "v2 was announced with sha256 abababababab" in live.reason
+
+
+def test_a_forged_announcement_that_follows_the_lineage_is_rolled_back_and_groups_go_to_its_parent(
+        kafka_ns: KafkaSettings, tmp_path: Path) -> None:
+    """The next version, an announced parent, a sha256 of zeros and no files: the fold accepts it (it cannot read
+    files) and made it the primary; the A/B controller checks its files and rolls it back to v1."""
+    store = tmp_path / "adapters"
+    uri1, sha1 = write_version(store, 1)
+    with EventProducer(kafka_ns, "test") as prod:
+        prod.send(announcement(1, None, sha256=sha1, uri=uri1))
+        prod.send(announcement(2, 1, sha256="0" * 64, uri=(store / "planner" / "v2").as_uri()))
+        prod.send(task(0))  # the worker joins its group once the topics it consumes exist
+    settings = {**SETTINGS, "adapter_store": store, "adapter_verify_grace_s": 1.0, "tick_interval_s": 0.2}
+    worker = WorkerProcess(kafka_ns, "fanout,window,ab", tmp_path / "data", settings)
+
+    def rollbacks() -> list[R.AdapterRolledBack]:
+        return [r.event for r in read_topic(kafka_ns, "adapter-events", timeout_s=15)
+                if isinstance(r.event, R.AdapterRolledBack)]
+
+    try:
+        wait_for("the forged v2 rolled back", lambda: len(rollbacks()) > 0, worker)
+        with EventProducer(kafka_ns, "test") as prod:
+            prod.send(task(1))
+        wait_for("task 1 fanned out", lambda: len(versions_requested(kafka_ns, 1)) > 0, worker)
+        time.sleep(2)  # a second decision would write another rollback
+        [rolled] = rollbacks()
+    finally:
+        assert worker.stop() == 0, worker.log_text()[-3000:]
+    assert (rolled.version, rolled.restored_version, rolled.decided_by) == (2, 1, "ab-controller")
+    assert "do not verify in the adapter store" in rolled.reason and "missing adapter_config.json" in rolled.reason
+    assert versions_requested(kafka_ns, 1) == {1}, "a group after the rollback goes to the restored primary"

@@ -356,6 +356,8 @@ def _write_acl(name: str, pattern: str) -> dict:
      "rollout [loop] adapter_store '/elsewhere' != the trainer's"),
     (lambda o: _find(o, "ConfigMap", "streamgrpo-config")["data"].update(
         {"streamgrpo.toml": o_toml(o) + '\n[trainr]\nlr = 1\n'}), "unknown section(s) [trainr]"),
+    (lambda o: _container(o, "streams")["volumeMounts"].pop(), "streams checks adapter files ([streams] adapter_check) "
+     "but mounts None at /var/lib/streamgrpo/adapters, not the trainer's adapter-store PVC 'adapter-store'"),
     # pacing: admission, the trainer's step and KEDA's rollout threshold sized from one another
     (lambda o: _find(o, "ScaledObject", "rollout")["spec"].update(maxReplicaCount=2),
      "maxReplicaCount 2 x lagThreshold 8 = 16 requests in flight, but admission leaves the workers 8"),
