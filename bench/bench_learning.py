@@ -2,6 +2,7 @@
 
     python bench/bench_learning.py [DURATION_S] [--runs N] [--plot OUT.png]   # default 1800 s (30 min), 1 run
     python bench/bench_learning.py 1800 --seeds 2 --set rollout.planner_examples=analysis   # one setting changed
+    python bench/bench_learning.py 1800 --seeds 0 1 2 --tasks builtin:train-wide   # another training task set
     python bench/bench_learning.py --plot-reports OUT.png REPORT_DIR...       # the plot of earlier runs
 
 Run i (0, 1, 2, ...) sets the trainer's seed and the rollout worker's sampling seed to i
@@ -10,7 +11,9 @@ planner draw then follows (i, task, attempt, sample, turn), so run i of two arms
 starts from the same LoRA initialisation and draws the same random numbers for the same task (common random
 numbers: the rollouts diverge only where the arms' policies do). `--set SECTION.FIELD=VALUE` changes a setting
 for every run (as `STREAMGRPO_SECTION__FIELD`; `--set rollout.sampling_seed=...` overrides the sampling seed);
-the result records it under "settings".
+the result records it under "settings". `--tasks NAME` is passed to every run as `streamgrpo run --tasks NAME` (a
+built-in split such as `builtin:train-wide`, or a task file); the result records the task set the runs trained
+on under "tasks" (`run`'s own default when `--tasks` is not given). The held-out evaluation is the same either way.
 
 Each run is the real loop (embedded broker, streams, judge, one rollout worker, trainer, evaluator) with
 every setting at its default, for DURATION_S; then `run`'s final evaluation scores the base model and the
@@ -32,9 +35,33 @@ from statistics import mean
 from typing import Any
 
 
-def one_run(duration_s: int, index: int, settings: dict[str, str] | None = None) -> dict[str, object]:
+def one_run(duration_s: int, index: int, settings: dict[str, str] | None = None,
+            tasks: str | None = None) -> dict[str, object]:
     home = Path(tempfile.mkdtemp(prefix=f"streamgrpo-learning-{index}-")) / "home"
-    return {"seed": index, **run_and_summarise(home, duration_s, run_env(index, settings or {}))}
+    return {"seed": index, **run_and_summarise(home, duration_s, run_env(index, settings or {}), tasks=tasks)}
+
+
+def run_command(home: Path, duration_s: int, final_eval: bool = True, tasks: str | None = None) -> list[str]:
+    """The `streamgrpo run` command line of one run; ``tasks`` None leaves `run`'s default task set."""
+    cmd = [sys.executable, "-m", "streamgrpo.cli", "run", "--duration", str(duration_s), "--home", str(home)]
+    return cmd + ([] if final_eval else ["--no-final-eval"]) + ([] if tasks is None else ["--tasks", tasks])
+
+
+def task_set(tasks: str | None) -> str:
+    """The task set a run trains on: ``tasks``, else `streamgrpo run`'s default for ``--tasks``."""
+    if tasks is not None:
+        return tasks
+    from streamgrpo.cli.run import run
+
+    [default] = [p.default for p in run.params if p.name == "tasks"]
+    return str(default)
+
+
+def check_tasks(tasks: str) -> None:
+    """Raise ``DatasetError`` when ``tasks`` names no file and no built-in split (before any run starts)."""
+    from streamgrpo.tasks.reader import read_rows
+
+    read_rows(tasks)
 
 
 def run_env(index: int, settings: dict[str, str]) -> dict[str, str]:
@@ -55,12 +82,12 @@ def setting_env(settings: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def run_and_summarise(home: Path, duration_s: int, env: dict[str, str], final_eval: bool = True) -> dict[str, object]:
-    """One `streamgrpo run` under ``home`` with ``env`` added to this process's environment; :func:`summarise` of
-    the report it wrote."""
+def run_and_summarise(home: Path, duration_s: int, env: dict[str, str], final_eval: bool = True,
+                      tasks: str | None = None) -> dict[str, object]:
+    """One `streamgrpo run` under ``home`` with ``env`` added to this process's environment (and ``--tasks
+    tasks`` unless None); :func:`summarise` of the report it wrote."""
     before = set(home.glob("runs/*/report"))
-    cmd = [sys.executable, "-m", "streamgrpo.cli", "run", "--duration", str(duration_s), "--home", str(home)]
-    subprocess.run(cmd + ([] if final_eval else ["--no-final-eval"]), check=True, stdout=subprocess.DEVNULL,
+    subprocess.run(run_command(home, duration_s, final_eval, tasks), check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, **env})
     [report] = set(home.glob("runs/*/report")) - before
     return summarise(report)
@@ -129,21 +156,23 @@ def plot_runs(reports: list[Path], path: Path) -> None:
 
 
 def main(duration_s: int = 1800, runs: int = 1, plot: Path | None = None, seeds: list[int] | None = None,
-         settings: dict[str, str] | None = None) -> dict[str, object]:
+         settings: dict[str, str] | None = None, tasks: str | None = None) -> dict[str, object]:
     seeds = list(range(runs)) if seeds is None else seeds
-    results = [one_run(duration_s, i, settings) for i in seeds]
+    results = [one_run(duration_s, i, settings, tasks) for i in seeds]
     if plot is not None:
         plot_runs([Path(str(r["report"])) for r in results], plot)
-    return aggregate(results, duration_s, settings)
+    return aggregate(results, duration_s, settings, tasks)
 
 
-def aggregate(results: list[dict[str, object]], duration_s: int, settings: dict[str, str] | None = None
-              ) -> dict[str, Any]:
-    """The benchmark's JSON line from per-run summaries (each :func:`summarise`'s dict plus its ``seed``)."""
+def aggregate(results: list[dict[str, object]], duration_s: int, settings: dict[str, str] | None = None,
+              tasks: str | None = None) -> dict[str, Any]:
+    """The benchmark's JSON line from per-run summaries (each :func:`summarise`'s dict plus its ``seed``);
+    ``tasks``: the ``--tasks`` the runs were given (None: `run`'s default), recorded under "tasks"."""
     gains = [r["heldout_gain"] for r in results if r["heldout_gain"] is not None]
     return {
         "bench": "learning", "duration_s": duration_s, "runs": len(results), "seeds": [r["seed"] for r in results],
         "settings": ", ".join(f"{k} = {v}" for k, v in settings.items()) if settings else "every setting at its default",
+        "tasks": task_set(tasks),
         "mean_heldout_base": round(mean(r["heldout_base"]["accuracy"] for r in results if r["heldout_base"]), 3)
         if any(r["heldout_base"] for r in results) else None,
         "mean_heldout_last": round(mean(r["heldout_last"]["accuracy"] for r in results if r["heldout_last"]), 3)
@@ -167,6 +196,8 @@ def cli() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="the trainer seeds to run (instead of --runs)")
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                     help="change one setting for every run (repeatable), e.g. rollout.planner_examples=analysis")
+    ap.add_argument("--tasks", metavar="NAME", help="the task set every run trains on (`streamgrpo run --tasks NAME`, "
+                    "e.g. builtin:train-wide; default: run's own default)")
     ap.add_argument("--plot", type=Path, help="write the held-out curves of the runs to this PNG")
     ap.add_argument("--summarise", type=Path, metavar="REPORT_DIR", help="only summarise an existing run's report")
     ap.add_argument("--aggregate", nargs="+", metavar="SEED=REPORT_DIR",
@@ -183,7 +214,7 @@ def cli() -> None:
             if not sep or not seed.isdigit():
                 ap.error(f"--aggregate {item}: write SEED=REPORT_DIR")
             runs.append({"seed": int(seed), **summarise(Path(report))})
-        print(json.dumps(aggregate(runs, a.duration_s, dict(kv.partition("=")[::2] for kv in a.settings))))
+        print(json.dumps(aggregate(runs, a.duration_s, dict(kv.partition("=")[::2] for kv in a.settings), a.tasks)))
     elif a.plot_reports:
         if len(a.plot_reports) < 2:
             ap.error("--plot-reports needs OUT.png and at least one REPORT_DIR")
@@ -199,7 +230,14 @@ def cli() -> None:
             setting_env(settings)
         except ValueError as exc:
             ap.error(str(exc))
-        print(json.dumps(main(a.duration_s, a.runs, a.plot, a.seeds, settings)))
+        if a.tasks is not None:
+            from streamgrpo.tasks.datasets import DatasetError
+
+            try:
+                check_tasks(a.tasks)
+            except DatasetError as exc:
+                ap.error(f"--tasks {a.tasks}: {exc}")
+        print(json.dumps(main(a.duration_s, a.runs, a.plot, a.seeds, settings, a.tasks)))
 
 
 if __name__ == "__main__":

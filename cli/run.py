@@ -345,7 +345,9 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
 @click.option("--duration", type=float, default=600, show_default=True, help="Seconds to run before stopping.")
 @click.option("--tasks", default="builtin:train", show_default=True,
               help="Task file (JSONL/CSV/Parquet), or `builtin:train` (the built-in training split; its "
-                   "held-out split, `builtin:heldout`, is kept for `streamgrpo eval`).")
+                   "held-out split, `builtin:heldout`, is kept for `streamgrpo eval`), or `builtin:train-wide` "
+                   "(the training split plus 320 extra arithmetic tasks: fresh numbers, more wordings; the same "
+                   "held-out split).")
 @click.option("--group-size", "-n", type=click.IntRange(2, 64), default=8, show_default=True,
               help="GRPO group size N (8: the untrained planner solves ~1 in 4 built-in arithmetic tasks, and a group trains only when its rollouts differ; bench/probe_signal.py).")
 @click.option("--limit", type=int, default=None, help="Submit at most this many tasks.")

@@ -21,6 +21,7 @@ Python versions. Fictional years and populations are unique across the whole cor
 question has exactly one right answer.
 
 This module is part of the light producer SDK: standard library only (no torch/faust/transformers).
+:mod:`.builtin_wide` adds a wider arithmetic pool to the training split (``builtin:train-wide``).
 What is not covered: paraphrased questions, multilingual tasks, answers that need reasoning beyond
 one or two tool calls.
 """
@@ -411,6 +412,9 @@ def _all_tasks() -> tuple[TaskRow, ...]:
 #    shared. What transfers from training is the skill (which tool, what input, answering from the
 #    observation), not an answer.
 # The corpus keeps every passage: it is the tools' world, not training data.
+# ``builtin:train-wide`` (:mod:`.builtin_wide`) adds arithmetic tasks to the training split WITHOUT moving the
+# held-out split: nothing below reads them; they obey rules 2 and 3 from the training side (an extra task skips
+# every number a held-out task writes, and its wordings avoid the held-out phrasings).
 
 HELDOUT_EVERY = 5
 N_HELDOUT_ARITHMETIC = 40

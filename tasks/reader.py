@@ -1,8 +1,10 @@
 """One reader of task rows for every command that takes tasks (``submit``, ``run``, ``eval``).
 
 ``source`` is a file (JSONL / CSV / Parquet, see :mod:`.datasets`) or a name of the built-in set:
-``builtin`` (every task), ``builtin:train`` (the training split) or ``builtin:heldout`` (the
-held-out split, never submitted for training by ``streamgrpo run``); see :mod:`.builtin`.
+``builtin`` (every task), ``builtin:train`` (the training split), ``builtin:train-wide`` (the training split
+plus 320 extra arithmetic tasks with fresh numbers and more wordings, :mod:`.builtin_wide`; not in ``builtin``)
+or ``builtin:heldout`` (the held-out split, never submitted for training by ``streamgrpo run``); see
+:mod:`.builtin`.
 
 Rows come as ``(row_number, TaskRow | RowError)`` with 1-based row numbers, so the caller decides
 whether a bad row stops everything or is skipped and reported.
@@ -15,16 +17,16 @@ from pathlib import Path
 
 from streamgrpo.tasks.datasets import DatasetError, RowError, TaskRow
 
-BUILTIN_NAMES = ("builtin", "builtin:train", "builtin:heldout")
+BUILTIN_NAMES = ("builtin", "builtin:train", "builtin:train-wide", "builtin:heldout")
 
 
 def read_rows(source: str, fmt: str | None = None, kind: str = "auto") -> Iterator[tuple[int, TaskRow | RowError]]:
     """Rows of ``source``; raises :class:`DatasetError` when it names no file and no built-in split."""
     if source.startswith("builtin"):
-        from streamgrpo.tasks import builtin
+        from streamgrpo.tasks import builtin, builtin_wide
 
         splits = {"builtin": builtin.builtin_tasks, "builtin:train": builtin.train_tasks,
-                  "builtin:heldout": builtin.heldout_tasks}
+                  "builtin:train-wide": builtin_wide.train_wide_tasks, "builtin:heldout": builtin.heldout_tasks}
         if source not in splits:
             raise DatasetError(f"unknown built-in task set {source!r}; use one of {', '.join(BUILTIN_NAMES)}")
         return ((i + 1, row) for i, row in enumerate(splits[source]()))

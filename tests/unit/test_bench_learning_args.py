@@ -42,3 +42,29 @@ def test_run_i_seeds_the_trainer_and_the_rollout_sampling_with_i_and_set_may_ove
     assert config.load(TrainerConfig, "trainer", environ=env).seed == 3
     override = bench.run_env(3, {"rollout.sampling_seed": "7"})
     assert config.load(RolloutConfig, "rollout", environ=override).sampling_seed == 7
+
+
+def _summary(seed: int) -> dict[str, object]:
+    acc = {"accuracy": 0.1, "ci_low": 0.0, "ci_high": 0.2}
+    return {"seed": seed, "heldout_base": acc, "heldout_last": {**acc, "version": 3}, "heldout_gain": 0.0,
+            "heldout_change": None, "reward_table": "| v1 |"}
+
+
+def test_tasks_reaches_the_run_command_and_the_result_records_the_task_set(tmp_path):
+    """`--tasks NAME` becomes `streamgrpo run --tasks NAME`; without it the command leaves run's default, and the
+    result says which task set that default is."""
+    bench = _bench()
+    cmd = bench.run_command(tmp_path, 60, tasks="builtin:train-wide")
+    assert cmd[cmd.index("run"):] == ["run", "--duration", "60", "--home", str(tmp_path), "--tasks", "builtin:train-wide"]
+    assert "--tasks" not in bench.run_command(tmp_path, 60) and "--no-final-eval" in bench.run_command(tmp_path, 60, False)
+    assert bench.aggregate([_summary(0)], 60, None, "builtin:train-wide")["tasks"] == "builtin:train-wide"
+    assert bench.aggregate([_summary(0)], 60)["tasks"] == "builtin:train"
+
+
+def test_an_unknown_task_set_is_refused_before_any_run():
+    from streamgrpo.tasks.datasets import DatasetError
+
+    bench = _bench()
+    bench.check_tasks("builtin:train-wide")
+    with pytest.raises(DatasetError, match="builtin:train-wide"):
+        bench.check_tasks("builtin:train_wide")

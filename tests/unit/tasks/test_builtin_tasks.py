@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from streamgrpo.rollout.tools.calculator import evaluate
 from streamgrpo.tasks.builtin import HISTORY, builtin_corpus, builtin_tasks, train_tasks
+from streamgrpo.tasks.builtin_wide import train_wide_tasks
 
 
 def test_at_least_200_tasks_of_every_kind_with_unique_stable_ids() -> None:
@@ -50,6 +51,51 @@ _WORDED = {
     "Find the sum of": "({0} + {1}) * ({2} - {3})", "Increase": "({0} + {1}) * ({2} - {3})",
     "How many whole times": "{1} // {0}", "If": "{0} // {1}",
 }
+# ... and the wide pool's wordings (tasks/builtin_wide.py WIDE_WORDINGS, builtin:train-wide only), keyed by their
+# whole sentence frame (every number written #), so that a wording whose words change no longer matches its expression
+_WIDE_FRAMES = {
+    "Each crate holds # jars. How many jars do # crates hold?": "{0} * {1}",
+    "A ticket costs # dollars. What is the price of # tickets, in dollars?": "{0} * {1}",
+    "A cyclist rides # km a day for # days. How many km is that in all?": "{0} * {1}",
+    "Over # weeks a bakery bakes # loaves per week. How many loaves does it bake?": "{0} * {1}",
+    "A library has # books and buys # more. How many books does it have now?": "{0} + {1}",
+    "Your account holds # dollars and you deposit # dollars. What is the new balance?": "{0} + {1}",
+    "A road trip covers # km in the first week and # km in the second. How far is that altogether?": "{0} + {1}",
+    "Combine a batch of # screws with a batch of # screws. How many screws are there?": "{0} + {1}",
+    "A warehouse stocks # shelves with # cans each, then ships out # cans. How many cans stay?": "{0} * {1} - {2}",
+    "You earn # dollars a day for # days and spend # dollars. How many dollars do you keep?": "{0} * {1} - {2}",
+    "A truck makes # trips of # km; # km of them are on gravel. How many km are on paved road?": "{0} * {1} - {2}",
+    "From # batches of # bolts, # bolts fail inspection. How many bolts pass?": "{0} * {1} - {2}",
+    "A square plot measures # m by # m, and a strip of # square metres is added. "
+    "What is the total area in square metres?": "{0} * {1} + {2}",
+    "Square the number #, then add #. What do you get?": "{0} ** 2 + {1}",
+    "A tray holds # rows of # cups, and # more cups sit beside it. How many cups are there?": "{0} * {1} + {2}",
+    "Starting from #, add the square of #. Which number do you reach?": "{0} + {1} * {1}",
+    "A club has # members and # guests; each of them pays # dollars minus a # dollar discount. "
+    "What is the total paid, in dollars?": "({0} + {1}) * ({2} - {3})",
+    "Put # boxes and # boxes together; every box carries # items, but # items are taken out of each box. "
+    "How many items remain?": "({0} + {1}) * ({2} - {3})",
+    "The sum of # and # is multiplied by # less than #. What is the result?": "({0} + {1}) * ({3} - {2})",
+    "A factory runs # day shifts and # night shifts; each shift makes # parts, # of which are rejected. "
+    "How many good parts are made?": "({0} + {1}) * ({2} - {3})",
+    "A farmer packs # eggs into cartons of #. How many full cartons does she fill?": "{0} // {1}",
+    "With # dollars, how many tickets at # dollars each can you buy?": "{0} // {1}",
+    "A road of # metres is cut into sections of # metres. How many complete sections are there?": "{0} // {1}",
+    "Split # marbles into bags of #. How many bags are completely full?": "{0} // {1}",
+}
+
+
+def _expression(question: str, worded: dict[str, str]) -> tuple[str, str | None]:
+    """The expression ``question`` asks for, and the opening of its wording (None: written in symbols)."""
+    m = re.fullmatch(r"What is (\(?\d.+|the integer part .+)\?", question)
+    if m:
+        expr = m.group(1).replace(" squared", "**2").replace(" plus ", " + ")
+        if expr.startswith("the integer part of "):
+            a, b = expr.removeprefix("the integer part of ").split(" divided by ")
+            expr = f"{a} // {b}"
+        return expr, None
+    opening = next(o for o in worded if question.startswith(o + " "))
+    return worded[opening].format(*re.findall(r"\d+", question)), opening
 
 
 def test_arithmetic_ground_truth_is_correct() -> None:
@@ -57,18 +103,27 @@ def test_arithmetic_ground_truth_is_correct() -> None:
     for r in train_tasks():
         if r.metadata["kind"] != "arithmetic":
             continue
-        m = re.fullmatch(r"What is (\(?\d.+|the integer part .+)\?", r.question)
-        if m:
-            expr = m.group(1).replace(" squared", "**2").replace(" plus ", " + ")
-            if expr.startswith("the integer part of "):
-                a, b = expr.removeprefix("the integer part of ").split(" divided by ")
-                expr = f"{a} // {b}"
-        else:
-            opening = next(o for o in _WORDED if r.question.startswith(o + " "))
-            expr = _WORDED[opening].format(*re.findall(r"\d+", r.question))
-            worded += 1
+        expr, opening = _expression(r.question, _WORDED)
+        worded += opening is not None
         assert str(evaluate(expr)) == r.ground_truths[0], (r.question, expr)
     assert worded >= 40
+
+
+def test_wide_arithmetic_ground_truth_is_correct() -> None:
+    """Every arithmetic task of builtin:train-wide (79 training + 320 extra) answers what its words ask, by the
+    calculator, and every wording of either table is used."""
+    used: Counter[str | None] = Counter()
+    arithmetic = [r for r in train_wide_tasks() if r.metadata["kind"] == "arithmetic"]
+    for r in arithmetic:
+        frame = re.sub(r"\d+", "#", r.question)
+        opening: str | None
+        if frame in _WIDE_FRAMES:
+            expr, opening = _WIDE_FRAMES[frame].format(*re.findall(r"\d+", r.question)), frame
+        else:
+            expr, opening = _expression(r.question, _WORDED)
+        used[opening] += 1
+        assert str(evaluate(expr)) == r.ground_truths[0], (r.question, expr)
+    assert len(arithmetic) >= 390 and set(used) == {None, *_WORDED, *_WIDE_FRAMES}, used
 
 
 def test_two_step_answers_follow_from_the_corpus() -> None:
@@ -108,7 +163,7 @@ def test_seed_example_and_real_events() -> None:
 
 
 def test_import_stays_light() -> None:
-    code = ("import sys; import streamgrpo.tasks.builtin, streamgrpo.tasks.datasets; "
+    code = ("import sys; import streamgrpo.tasks.builtin, streamgrpo.tasks.builtin_wide, streamgrpo.tasks.datasets; "
             "print([m for m in ('torch', 'faust', 'transformers', 'datasets') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
