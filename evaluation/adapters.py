@@ -81,15 +81,20 @@ def from_event(event: R.AdapterPublished, store_root: Path | None) -> Target:
 
 
 def from_store(root: Path, adapter_name: str, version: int) -> Target:
+    """An unannounced version of the store, confined to it like an announced one: a version directory that is a
+    symlink leading outside the store, or holds one, is a TargetError."""
     try:
         path = store.version_dir(root, adapter_name, version)
+        if not path.is_dir():
+            known = store.versions(root, adapter_name)
+            raise TargetError(f"{adapter_name}@v{version} is not in the adapter store {root} "
+                              f"(versions there: {known or 'none'}); pass --store or --adapter-dir")
+        path = store.local_path(str(path), root)
+        return Target(f"{adapter_name}@v{version}", adapter_name, version, path, store.sha256_dir(path))
     except StreamGRPOError as exc:
-        raise TargetError(str(exc)) from exc
-    if not path.is_dir():
-        known = store.versions(root, adapter_name)
-        raise TargetError(f"{adapter_name}@v{version} is not in the adapter store {root} "
-                          f"(versions there: {known or 'none'}); pass --store or --adapter-dir")
-    return Target(f"{adapter_name}@v{version}", adapter_name, version, path, store.sha256_dir(path))
+        if isinstance(exc, TargetError):
+            raise
+        raise TargetError(f"{adapter_name}@v{version}: {exc}; refusing to evaluate it") from exc
 
 
 def from_dir(path: Path, adapter_name: str) -> Target:

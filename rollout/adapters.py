@@ -9,9 +9,11 @@ is the Kafka wiring: the project's log follower (:class:`~streamgrpo.topics.foll
 
 Guarantees:
 - An adapter is loaded only if its directory hashes to the announced sha256 and lies inside the
-  adapter store. A mismatch, a missing file, a path outside the store or an unresolvable uri is
-  logged at ERROR with the reason, counted and listed in :attr:`AdapterFollower.refusals`; nothing
-  is loaded and the worker keeps serving what it served.
+  adapter store. A mismatch, a missing file, a path outside the store, an unresolvable uri (a remote
+  scheme whose fsspec package is not installed included) or any unexpected error while loading one
+  announcement is logged at ERROR with the reason, counted and listed in :attr:`AdapterFollower.refusals`;
+  nothing is loaded and the worker keeps serving what it served and following later announcements. A
+  remote download that fails (network) is not a refusal: it is retried when a group asks for the version.
 - Every worker sees every event: the follower reads the topic FROM THE BEGINNING on every partition
   without a consumer group, so a new worker learns the whole history (published versions, current
   primary after promotions/rollbacks). Replaying loads at most ``keep_last`` versions per batch plus
@@ -160,6 +162,13 @@ class AdapterFollower:
             log.error("could not load adapter %s@v%d now: %s (will retry on demand)", ann.adapter_name,
                       ann.version, exc)
             return False
+        except Exception as exc:  # noqa: BLE001 - one announcement never stops the follower: refused, with the trace
+            m.inc(metrics.ADAPTER_LOADS, outcome="error")
+            self.refusals.append(Refusal(ann.adapter_name, ann.version, ann.uri, f"{type(exc).__name__}: {exc}"))
+            log.exception("REFUSED adapter %s@v%d from %s: unexpected %s (still serving %s)", ann.adapter_name,
+                          ann.version, ann.uri, type(exc).__name__,
+                          self.policy.resident_versions(ann.adapter_name) or "the base model")
+            return False
         base = getattr(self.policy, "base_model", None)
         if base is not None and base != ann.base_model:
             log.warning("adapter %s@v%d was trained on %r, this policy serves %r", ann.adapter_name, ann.version,
@@ -200,9 +209,12 @@ class AdapterFollower:
         shutil.rmtree(target, ignore_errors=True)
         try:
             fs, remote = fsspec.core.url_to_fs(ann.uri)
+        except (ImportError, ValueError) as exc:  # e.g. s3:// without s3fs installed: never loadable here
+            raise AdapterRefusedError(f"uri {ann.uri!r}: {type(exc).__name__}: {exc}") from exc
+        try:
             fs.get(remote.rstrip("/") + "/", str(target) + "/", recursive=True)
-        except (OSError, ValueError) as exc:
-            raise AdapterRefusedError(f"cannot download {ann.uri}: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - any backend's error (OSError, httpx, botocore...): retried on demand
+            raise PolicyError(f"cannot download {ann.uri} now: {type(exc).__name__}: {exc}") from exc
         return target
 
     # -- serving helpers --------------------------------------------------------------------------

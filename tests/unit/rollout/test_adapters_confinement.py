@@ -103,3 +103,61 @@ def test_eval_refuses_an_announced_adapter_outside_its_store_and_says_how_to_nam
     [target] = resolve(["planner@v1"], [], all_versions=False, include_base=False, adapter_name="planner",
                        events=[_published(1, str(outside), sha)], store_root=outside.parent)
     assert target.version == 1
+
+
+def _in_store(store: Path, outside: Path, version: int) -> Path:
+    """A copy of the adapter at ``outside`` as ``<store>/planner/v<version>``."""
+    inside = store / "planner" / f"v{version}"
+    inside.mkdir(parents=True)
+    for f in outside.iterdir():
+        (inside / f.name).write_bytes(f.read_bytes())
+    return inside
+
+
+def _absent_backend_scheme() -> str:
+    import importlib.util
+
+    for scheme, package in (("s3", "s3fs"), ("gs", "gcsfs"), ("az", "adlfs")):
+        if importlib.util.find_spec(package) is None:
+            return scheme
+    pytest.skip("s3fs, gcsfs and adlfs are all installed: no remote scheme without its package to announce")
+
+
+def test_a_remote_scheme_without_its_package_is_refused_and_the_follower_goes_on(setup) -> None:
+    """s3:// without s3fs: fsspec raises ImportError, which escaped the follower and ended its task, so no later
+    announcement was ever loaded (attack campaign re-run, finding 10)."""
+    follower, policy, store, outside, sha = setup
+    scheme = _absent_backend_scheme()
+    follower.handle(_published(1, f"{scheme}://bucket/planner/v1", sha))
+    assert follower.refused_count == 1 and "ImportError" in follower.refusals[0].reason
+    follower.handle(_published(2, str(_in_store(store, outside, 2)), sha))
+    assert policy.resident_versions("planner") == [2]
+
+
+def test_a_remote_download_that_fails_is_retried_later_not_refused(setup) -> None:
+    """A network failure (nothing listens on the port) is transient: listed as a failure, not a refusal, so a group
+    that asks for the version tries again; the follower goes on."""
+    from streamgrpo.topics.broker import free_port
+
+    follower, policy, store, outside, sha = setup
+    follower.handle(_published(1, f"http://127.0.0.1:{free_port()}/planner/v1/", sha))
+    assert follower.refused_count == 0 and len(follower.failures) == 1
+    assert "cannot download" in follower.failures[0].reason
+    follower.handle(_published(2, str(_in_store(store, outside, 2)), sha))
+    assert policy.resident_versions("planner") == [2]
+
+
+def test_eval_refuses_an_unannounced_store_version_that_links_outside_the_store(setup) -> None:
+    """`eval --adapter planner@v2 --store S` with no announcement reachable, where S/planner/v2 is a symlink to a
+    directory outside S: it was accepted (with a note that it was not checked against an event) and loaded from
+    outside the store; the rollout follower refuses the same layout (attack campaign re-run, finding 10)."""
+    _, _, store, outside, _ = setup
+    (store / "planner").mkdir()
+    (store / "planner" / "v2").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(TargetError, match=r"planner@v2: .*outside the adapter store.*refusing to evaluate it"):
+        resolve(["planner@v2"], [], all_versions=False, include_base=False, adapter_name="planner", events=None,
+                store_root=store)
+    _in_store(store, outside, 3)
+    [target] = resolve(["planner@v3"], [], all_versions=False, include_base=False, adapter_name="planner",
+                       events=None, store_root=store)
+    assert target.version == 3 and target.path == (store / "planner" / "v3").resolve()
