@@ -37,6 +37,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -509,7 +510,8 @@ def _read_bounded(url: str, timeout_s: float, limit: int) -> str:
 
 def read_endpoint(target: str, timeout_s: float = 2.0) -> Reading:
     """Scrape ``host:port`` (/metrics and /status), each body bounded in size and time. Never raises for an
-    unreachable, endless or malformed endpoint."""
+    unreachable, endless or malformed endpoint; one whose /status ``identity`` is not an object of strings is
+    not up (its loop cannot be told), and a non-finite sample is dropped (:func:`parse_exposition`)."""
     import urllib.error
 
     if not _TARGET.match(target):
@@ -521,12 +523,21 @@ def read_endpoint(target: str, timeout_s: float = 2.0) -> Reading:
         samples = parse_exposition(text)
     except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
         return Reading(target, False, str(getattr(exc, "reason", exc))[:200])
-    return Reading(target, True, samples=samples, status=status if isinstance(status, dict) else {})
+    status = status if isinstance(status, dict) else {}
+    identity = status.get("identity")
+    if identity is not None and not (isinstance(identity, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in identity.items())):
+        # which loop it belongs to cannot be told: not read (``status`` compares it, see loop_identity)
+        got = "a non-string key or value" if isinstance(identity, dict) else f"a {type(identity).__name__}"
+        return Reading(target, False, f"/status identity malformed (not an object of strings: {got})")
+    return Reading(target, True, samples=samples, status=status)
 
 
 def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Text exposition format -> {(series name, sorted labels): value}."""
+    """Text exposition format -> {(series name, sorted labels): value}. A NaN or +-Inf value is left out, as if
+    the series were absent: no figure a streamgrpo service serves is non-finite, and readers count with them."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    return {(s.name, tuple(sorted(s.labels.items()))): float(s.value)
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    samples = ((s.name, tuple(sorted(s.labels.items())), float(s.value))
+               for fam in text_string_to_metric_families(text) for s in fam.samples)
+    return {(name, labels): value for name, labels, value in samples if math.isfinite(value)}

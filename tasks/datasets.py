@@ -90,6 +90,19 @@ def detect_format(path: Path, fmt: str | None = None) -> str:
 
 
 # -- raw records --------------------------------------------------------------------------------
+TOO_DEEP = "JSON nested too deeply"
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` for untrusted text: nesting deeper than the decoder's recursion limit (a file, a
+    line or a CSV/JSONL cell such as ``[[[[...``) raises a JSONDecodeError whose ``msg`` is TOO_DEEP
+    instead of a RecursionError, so each caller handles one exception and names the row or file."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(TOO_DEEP, text, 0) from None
+
+
 def _not_utf8(exc: UnicodeDecodeError) -> str:
     return (f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
             "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`")
@@ -103,15 +116,13 @@ def _jsonl(path: Path) -> Iterator[tuple[int, Record | RowError]]:
                 continue
             n += 1
             try:
-                obj = json.loads(raw.decode("utf-8"))
+                obj = _loads(raw.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 yield n, RowError(n, "<line>", _not_utf8(exc))
                 continue
             except json.JSONDecodeError as exc:
-                yield n, RowError(n, "<line>", f"not valid JSON ({exc.msg} at column {exc.colno})")
-                continue
-            except RecursionError:
-                yield n, RowError(n, "<line>", "JSON nested too deeply")
+                yield n, RowError(n, "<line>", TOO_DEEP if exc.msg == TOO_DEEP
+                                  else f"not valid JSON ({exc.msg} at column {exc.colno})")
                 continue
             yield n, obj if isinstance(obj, dict) else RowError(n, "<line>", "must be a JSON object")
 
@@ -125,11 +136,10 @@ def _json(path: Path) -> Iterator[tuple[int, Record | RowError]]:
         yield from _jsonl(path)
         return
     try:
-        items = json.loads(text)
+        items = _loads(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-    except RecursionError as exc:
-        raise DatasetError(f"{path}: JSON nested too deeply") from exc
+        raise DatasetError(f"{path}: {TOO_DEEP}" if exc.msg == TOO_DEEP
+                           else f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     for n, obj in enumerate(items, start=1):
         yield n, obj if isinstance(obj, dict) else RowError(n, "<item>", "must be a JSON object")
 
@@ -230,8 +240,8 @@ def _answer(n: int, name: str, value: Any) -> str:
 def _answer_list(n: int, name: str, value: Any) -> list[str]:
     if isinstance(value, str) and value.lstrip().startswith("["):  # a JSON list in a CSV cell
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
+            value = _loads(value)
+        except json.JSONDecodeError as exc:  # incl. TOO_DEEP: a cell of "[" x 30000
             raise RowError(n, name, f"looks like a JSON list but does not parse ({exc.msg})") from exc
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         value = [value]
@@ -298,8 +308,8 @@ def from_generic(n: int, rec: Mapping[str, Any]) -> TaskRow:
     if raw_meta is not None:
         if isinstance(raw_meta, str):
             try:
-                raw_meta = json.loads(raw_meta)
-            except json.JSONDecodeError as exc:
+                raw_meta = _loads(raw_meta)
+            except json.JSONDecodeError as exc:  # incl. TOO_DEEP: '{"k":{"k":...' 100k deep
                 raise RowError(n, "metadata", f"not a JSON object ({exc.msg})") from exc
         if not isinstance(raw_meta, Mapping):
             raise RowError(n, "metadata", f"must be an object, got {type(raw_meta).__name__}")
