@@ -4,25 +4,26 @@
 
 The real ``streamgrpo judge`` runs as a subprocess against an embedded Tansu broker on a fixed port, as in k8s
 where the broker is external and restarts. It scores one rollout; the broker is SIGKILLed; for
-:data:`OUTAGE_S` the judge must stay alive and write at most :data:`MAX_OUTAGE_LINES` log lines (before the
-bounded logs, aiokafka's reconnect errors alone came at 90-250 lines/s per service). A new broker is started on
+:data:`~support.outage.OUTAGE_S` the judge must stay alive and write at most
+:data:`~support.outage.MAX_OUTAGE_LINES` log lines (before the bounded logs, aiokafka's reconnect errors alone came
+at 90-250 lines/s per service). A new broker is started on
 the same port; its memory storage lost everything, so the test ensures the topics again and gives it the old log
 back while the judge is SIGSTOPped (what a durable broker would have kept, or a restore from the run's archive),
-then one more task and rollout. The judge must say the broker is reachable again, score the new rollout, and not score the old one a
+then one more task and rollout, whose Reward goes to the partition of the first one's (where the judge's producer's
+sequence numbers are the old broker's). The judge must say the broker is reachable again, score the new rollout, and not score the old one a
 second time. A second test starts the judge before its broker: it waits, and serves once the broker is up.
+The rollout worker and the trainer: ``test_rollout_broker_outage.py``, ``test_trainer_broker_outage.py`` (the
+helpers are shared: ``support/outage.py``).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from support.outage import Service, kafka_toml, next_on_partition, outage, restored
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
@@ -32,10 +33,6 @@ from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
 
 pytestmark = pytest.mark.broker
-
-OUTAGE_S = 15.0
-INTERVAL_S = 5  # [kafka] outage_log_interval_s of the judge: the first line, then about one per 5 s
-MAX_OUTAGE_LINES = 8
 
 
 def task_and_rollout(name: str) -> list[R.Task | R.RolloutCompleted]:
@@ -64,64 +61,10 @@ def rewards_for(kafka: KafkaSettings, rollout_id: str, timeout_s: float) -> list
     return rewards
 
 
-class Judge:
-    """``streamgrpo judge`` in a subprocess with its own config file and log (stopped by pid)."""
-
-    def __init__(self, tmp: Path, kafka: KafkaSettings) -> None:
-        config = tmp / "judge.toml"
-        config.write_text(f'[kafka]\nbootstrap = "{kafka.bootstrap}"\ntopic_prefix = "{kafka.topic_prefix}"\n'
-                          f'session_timeout_ms = 3000\noutage_log_interval_s = {INTERVAL_S}\n\n'
-                          '[judge]\nmetrics_port = 0\npoll_timeout_ms = 500\ntask_wait_s = 120\n')
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGRPO_")}
-        env.update(STREAMGRPO_CONFIG=str(config), STREAMGRPO_HOME=str(tmp / "home"))
-        self.log = tmp / "judge.log"
-        with open(self.log, "ab") as sink:
-            self.proc = subprocess.Popen([sys.executable, "-m", "streamgrpo.cli", "--log-level", "INFO", "judge"],
-                                         env=env, stdout=sink, stderr=subprocess.STDOUT)
-
-    def lines(self) -> list[str]:
-        return self.log.read_text(errors="replace").splitlines()
-
-    def wait_logged(self, text: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if any(text in line for line in self.lines()):
-                return
-            assert self.proc.poll() is None, "judge exited:\n" + "\n".join(self.lines()[-40:])
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} not logged within {timeout_s} s:\n" + "\n".join(self.lines()[-40:]))
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-                return None
-        return self.proc.returncode
-
-
-def kill_hard(broker: EmbeddedBroker) -> None:
-    assert broker.proc is not None
-    broker.proc.send_signal(signal.SIGKILL)
-    broker.proc.wait(10)
-    broker.proc = None
-
-
-def restored(judge: Judge, broker: EmbeddedBroker, kafka: KafkaSettings, log: list[R.Task | R.RolloutCompleted]) -> None:
-    """Start ``broker`` with the topics and ``log`` in them while the judge is SIGSTOPped: the judge meets the broker
-    as a durable one would come back (a memory broker would first be seen without its topics: not this test's
-    subject)."""
-    judge.proc.send_signal(signal.SIGSTOP)
-    try:
-        broker.start()
-        ensure(kafka)
-        if log:
-            send(kafka, log)
-    finally:
-        judge.proc.send_signal(signal.SIGCONT)
+def judge(tmp: Path, kafka: KafkaSettings) -> Service:
+    """``streamgrpo judge`` in a subprocess (:class:`~support.outage.Service`)."""
+    return Service(tmp, "judge", kafka_toml(kafka) + '[judge]\nmetrics_port = 0\npoll_timeout_ms = 500\n'
+                   'task_wait_s = 120\n', ["judge"])
 
 
 @pytest.mark.fault
@@ -131,38 +74,32 @@ def test_a_judge_outlives_its_broker_with_bounded_logs_and_resumes_without_loss_
     first.start()
     second = EmbeddedBroker(tmp_path / "broker2", port=port)
     kafka = KafkaSettings(bootstrap=first.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.", session_timeout_ms=3000)
-    judge = None
+    service = None
     try:
         ensure(kafka)
-        judge = Judge(tmp_path, kafka)
-        judge.wait_logged(" assigned [(", 120)
+        service = judge(tmp_path, kafka)
+        service.wait_logged(" assigned [(", 120)
         old = task_and_rollout("a")
         send(kafka, old)
-        assert [r.envelope.rollout_id for r in rewards_for(kafka, "r-a", 60)] == ["r-a"], judge.lines()[-40:]
+        assert [r.envelope.rollout_id for r in rewards_for(kafka, "r-a", 60)] == ["r-a"], service.tail()
 
-        mark = len(judge.lines())
-        kill_hard(first)
-        time.sleep(OUTAGE_S)
-        outage = judge.lines()[mark:]
-        assert judge.proc.poll() is None, "judge exited with the broker:\n" + "\n".join(outage[-40:])
-        assert len(outage) <= MAX_OUTAGE_LINES, f"{len(outage)} lines in {OUTAGE_S:g} s:\n" + "\n".join(outage[:60])
-        assert sum(f"Kafka broker {kafka.bootstrap} unreachable: " in line for line in outage) == 1, outage
-        assert any("unreachable since" in line for line in outage), outage
+        mark = len(service.lines())
+        outage(service, first, kafka)
 
-        restored(judge, second, kafka, old)
-        send(kafka, task_and_rollout("b"))
-        rewards_for(kafka, "r-b", 120)
+        restored(service, second, kafka, events=old)
+        b = next_on_partition("g-a", [f"g-b{i}" for i in range(100)]).removeprefix("g-")  # r-a's Reward's partition
+        send(kafka, task_and_rollout(b))
+        rewards_for(kafka, f"r-{b}", 120)
         time.sleep(5.0)  # a second Reward for r-a would come with or soon after r-b's
         rewards = [r.event for r in read_topic(kafka, "rewards", timeout_s=5) if isinstance(r.event, R.Reward)]
-        lines = judge.lines()
-        assert [(r.envelope.rollout_id, r.status) for r in rewards] == [("r-b", R.RewardStatus.OK)], lines[-40:]
+        lines = service.lines()
+        assert [(r.envelope.rollout_id, r.status) for r in rewards] == [(f"r-{b}", R.RewardStatus.OK)], lines[-40:]
         assert any(f"Kafka broker {kafka.bootstrap} reachable again" in line for line in lines[mark:]), lines[mark:]
-        rc = judge.stop()
-        assert rc == 0, (rc, judge.lines()[-40:])
+        rc = service.stop()
+        assert rc == 0, (rc, service.tail())
     finally:
-        if judge is not None and judge.proc.poll() is None:
-            judge.proc.kill()
-            judge.proc.wait(10)
+        if service is not None:
+            service.kill()
         first.stop()
         second.stop()
 
@@ -171,21 +108,19 @@ def test_a_judge_started_before_its_broker_serves_once_the_broker_is_up(tmp_path
     port = free_port()
     broker = EmbeddedBroker(tmp_path / "broker", port=port)
     kafka = KafkaSettings(bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.", session_timeout_ms=3000)
-    judge = Judge(tmp_path, kafka)
+    service = judge(tmp_path, kafka)
     try:
-        judge.wait_logged(f"Kafka broker {kafka.bootstrap} unreachable: ", 60)
+        service.wait_logged(f"Kafka broker {kafka.bootstrap} unreachable: ", 60)
         time.sleep(3.0)
-        assert judge.proc.poll() is None, judge.lines()
-        restored(judge, broker, kafka, [])
-        judge.wait_logged(" assigned [(", 120)
+        assert service.alive(), service.lines()
+        restored(service, broker, kafka)
+        service.wait_logged(" assigned [(", 120)
         send(kafka, task_and_rollout("c"))
         rewards = rewards_for(kafka, "r-c", 60)
-        assert [(r.envelope.rollout_id, r.status) for r in rewards] == [("r-c", R.RewardStatus.OK)], judge.lines()[-40:]
-        judge.wait_logged(f"Kafka broker {kafka.bootstrap} reachable again", 30)
-        rc = judge.stop()
-        assert rc == 0, (rc, judge.lines()[-40:])
+        assert [(r.envelope.rollout_id, r.status) for r in rewards] == [("r-c", R.RewardStatus.OK)], service.tail()
+        service.wait_logged(f"Kafka broker {kafka.bootstrap} reachable again", 30)
+        rc = service.stop()
+        assert rc == 0, (rc, service.tail())
     finally:
-        if judge.proc.poll() is None:
-            judge.proc.kill()
-            judge.proc.wait(10)
+        service.kill()
         broker.stop()

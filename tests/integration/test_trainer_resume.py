@@ -8,13 +8,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 
 import pytest
+from support.lineage import assert_trained_exactly_once
 from support.samples import make_samples
 from support.tiny_model import tiny_model
 
-from streamgrpo.avro import records as R
 from streamgrpo.models import adapter_store as store
 from streamgrpo.topics.consumer import EventConsumer
 from streamgrpo.topics.follow import read_topic
@@ -37,30 +36,6 @@ def publish_samples(kafka, samples):
     with EventProducer(kafka, "test") as prod:
         for s in samples:
             prod.send(s)
-
-
-def assert_trained_exactly_once(kafka, store_root):
-    """Union of the lineages of the announced versions == every offset of training-samples, once."""
-    events: dict[int, R.AdapterPublished] = {}
-    for r in read_topic(kafka, "adapter-events"):
-        ev = r.event
-        if isinstance(ev, R.AdapterPublished):
-            assert events.setdefault(ev.version, ev).sha256 == ev.sha256  # a re-announcement is identical
-    versions = sorted(events)
-    assert versions == list(range(1, len(versions) + 1))
-    assert [events[v].parent_version for v in versions] == [None] + versions[:-1]
-    trained: Counter[tuple[int, int]] = Counter()
-    for ev in events.values():
-        store.verify_and_load_path(ev.uri, ev.sha256)
-        assert [k for k in ev.metrics if k.startswith("dropped_") and k != "dropped_already_trained"] == []
-        for rng in ev.lineage:
-            trained.update((rng.partition, o) for o in range(rng.start, rng.end + 1))
-    expected = Counter((r.partition, r.offset) for r in read_topic(kafka, SAMPLES_TOPIC))
-    assert [k for k, n in trained.items() if n > 1] == []  # no overlap
-    assert sorted(set(expected) - set(trained)) == []  # no gap
-    assert trained == expected
-    assert store.versions(store_root, "planner") == versions
-    return versions
 
 
 def cli_args(kafka, base, run_name):
