@@ -51,7 +51,7 @@ from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.errors import WorkerStopping
 from streamgrpo.rollout.loop import LoopContext, RolloutResult, fail_group, run_group
 from streamgrpo.topics import catalog
-from streamgrpo.topics.errors import ProduceError
+from streamgrpo.topics.errors import DeliveryFailedError, ProduceError
 from streamgrpo.topics.limits import MAX_TURNS
 
 if TYPE_CHECKING:
@@ -176,10 +176,17 @@ class RolloutWorker:
         self.stats.statuses.update(r.status.value for r in results)
 
     async def _flush(self) -> None:
+        """Flush before committing. Records still queued are waited for again (up to 5 attempts); records the broker
+        refused were dropped by librdkafka, so a second flush would "succeed" without them and the commit that
+        follows would lose their rollouts: that raises at once, nothing is committed, and the requests are
+        redelivered."""
         for attempt in range(5):
             try:
                 await asyncio.to_thread(self.producer.flush)  # type: ignore[attr-defined]
                 return
+            except DeliveryFailedError as exc:
+                raise DeliveryFailedError(f"{exc}; offsets not committed (the requests will be redelivered when the "
+                                          "worker restarts)") from exc
             except ProduceError as exc:
                 log.error("flush failed (attempt %d/5): %s", attempt + 1, exc)
                 await asyncio.sleep(min(30.0, 2.0**attempt))

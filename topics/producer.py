@@ -38,7 +38,7 @@ from streamgrpo.avro.records import Event
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics.catalog import spec, topic_for
 from streamgrpo.topics.clients import client_config, topic_name
-from streamgrpo.topics.errors import ProduceError, RecordTooLargeError
+from streamgrpo.topics.errors import DeliveryFailedError, ProduceError, RecordTooLargeError
 from streamgrpo.topics.limits import MAX_RECORD_BYTES
 
 log = logging.getLogger(__name__)
@@ -168,13 +168,13 @@ class EventProducer:
             failures, self._failures = self._failures, []
             if fatal is not None or self._state_lost:
                 failures.append(f"the broker refused this producer again after a new one: {fatal or 'state lost'}")
-        if remaining:
-            failures.append(f"{remaining} record(s) still unacknowledged after {timeout_s}s")
-        if failures:
-            raise ProduceError(
+        still = f"{remaining} record(s) still unacknowledged after {timeout_s}s" if remaining else ""
+        if failures:  # dropped by librdkafka: another flush would not deliver them
+            raise DeliveryFailedError(
                 f"{len(failures)} record(s) were not delivered (is the broker at {self.kafka.bootstrap} up?): "
-                + "; ".join(failures[:5])
-            )
+                + "; ".join(failures[:5]) + (f"; {still}" if still else ""))
+        if remaining:  # still queued: a later flush may deliver them
+            raise ProduceError(f"{still} (is the broker at {self.kafka.bootstrap} up?)")
 
     def _flush(self, timeout_s: float) -> tuple[int, str | None]:
         """librdkafka's flush -> (records still queued, the fatal error it raised or None). A fatal error (an
