@@ -171,8 +171,8 @@ def render(runs: list[Any], fmt: str) -> str:
 @click.pass_context
 def evaluator_command(ctx: click.Context, bootstrap: str | None) -> None:
     """Evaluate newly published adapter versions on a fixed held-out sample and publish the results
-    (EvaluationCompleted on `evaluations`): the base model at start, then the newest version at most once per
-    interval_s (default 300 s). `streamgrpo run` starts it. Settings: [evaluator] (tasks, limit, every, interval_s,
+    (EvaluationCompleted on `evaluations`): the base model at start, then the newest version (at most once per
+    interval_s when set). `streamgrpo run` starts it. Settings: [evaluator] (tasks, limit, every, interval_s,
     include_base, batch_size, nice, poll_s, metrics_port), and the agent's [rollout] / [loop]."""
     import signal
     import threading
