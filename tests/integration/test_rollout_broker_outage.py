@@ -24,7 +24,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support.outage import Service, kafka_toml, next_on_partition, old_log, outage, restored
+from support.outage import (
+    Service,
+    kafka_toml,
+    next_on_partition,
+    old_log,
+    outage,
+    restored,
+    resumed_then_stopped,
+    tear_down,
+)
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
@@ -105,12 +114,6 @@ def test_a_rollout_worker_outlives_its_broker_and_serves_after_it_returns_withou
         served = Counter(str(c.envelope.rollout_id) for c in completed(kafka))
         assert served == Counter({"r-old-0": 1, "r-old-1": 1, f"r-{new}-0": 1, f"r-{new}-1": 1}), (served, worker.tail())
         assert R.RolloutStatus.ERROR not in {c.status for c in completed(kafka)}, completed(kafka)
-        lines = worker.lines()[mark:]
-        assert any(f"Kafka broker {kafka.bootstrap} reachable again" in line for line in lines), lines
-        rc = worker.stop()
-        assert rc == 0, (rc, worker.tail())
+        resumed_then_stopped(worker, kafka, mark)
     finally:
-        if worker is not None:
-            worker.kill()
-        first.stop()
-        second.stop()
+        tear_down(worker, first, second)

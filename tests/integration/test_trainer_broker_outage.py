@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from support.lineage import assert_trained_exactly_once
-from support.outage import Service, kafka_toml, old_log, outage, restored
+from support.outage import Service, kafka_toml, old_log, outage, restored, resumed_then_stopped, tear_down
 from support.samples import make_samples
 from support.tiny_model import tiny_model
 
@@ -102,12 +102,6 @@ def test_a_trainer_outlives_its_broker_holding_less_than_a_step_and_trains_each_
         # v1's samples were read again (no committed offsets on the new broker) and skipped; the held one came again
         # and was dropped as a duplicate of the one taken before the outage
         assert assert_trained_exactly_once(kafka, store_root, allowed_drops=("already_trained", "duplicate")) == [1, 2]
-        lines = trainer.lines()[mark:]
-        assert any(f"Kafka broker {kafka.bootstrap} reachable again" in line for line in lines), lines
-        rc = trainer.stop()
-        assert rc == 0, (rc, trainer.tail())
+        resumed_then_stopped(trainer, kafka, mark)
     finally:
-        if trainer is not None:
-            trainer.kill()
-        first.stop()
-        second.stop()
+        tear_down(trainer, first, second)

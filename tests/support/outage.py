@@ -182,3 +182,19 @@ def restored(service: Service, broker: EmbeddedBroker, kafka: KafkaSettings, *,
                     producer.send(event)
     finally:
         service.proc.send_signal(signal.SIGCONT)
+
+
+def resumed_then_stopped(service: Service, kafka: KafkaSettings, mark: int) -> None:
+    """Since log line ``mark`` the service said its broker is reachable again, and SIGTERM stops it with exit 0."""
+    lines = service.lines()[mark:]
+    assert any(f"Kafka broker {kafka.bootstrap} reachable again" in line for line in lines), lines
+    rc = service.stop()
+    assert rc == 0, (rc, service.tail())
+
+
+def tear_down(service: Service | None, *brokers: EmbeddedBroker) -> None:
+    """Kill the service (if it still runs) and stop the brokers."""
+    if service is not None:
+        service.kill()
+    for broker in brokers:
+        broker.stop()
