@@ -28,7 +28,7 @@ import pytest
 from support.lineage import assert_trained_exactly_once
 from support.outage import Service, kafka_toml, old_log, outage, restored, resumed_then_stopped, tear_down
 from support.samples import make_samples
-from support.tiny_model import tiny_model
+from support.tiny_model import saved_tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
@@ -65,10 +65,8 @@ def send(kafka: KafkaSettings, samples: list[R.TrainingSample]) -> None:
 @pytest.mark.fault
 def test_a_trainer_outlives_its_broker_holding_less_than_a_step_and_trains_each_sample_once_after_it_returns(
         tmp_path: Path) -> None:
-    model, tok = tiny_model(0)
     base = tmp_path / "base"
-    model.save_pretrained(base)
-    tok.save_pretrained(base)
+    model, tok = saved_tiny_model(base)
     samples = make_samples(tok, 2 * STEP, seed=41, model=model)
     port = free_port()
     first = EmbeddedBroker(tmp_path / "broker1", port=port)

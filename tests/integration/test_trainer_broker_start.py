@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from support.samples import make_samples
-from support.tiny_model import tiny_model
+from support.tiny_model import saved_tiny_model
 
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
@@ -74,10 +74,8 @@ def published(kafka: KafkaSettings) -> list[R.AdapterPublished]:
 @pytest.mark.fault
 def test_a_trainer_started_before_its_broker_trains_once_it_is_up_and_waits_again_with_a_stored_adapter(
         tmp_path: Path) -> None:
-    model, tok = tiny_model(0)
     base = tmp_path / "base"
-    model.save_pretrained(base)
-    tok.save_pretrained(base)
+    model, tok = saved_tiny_model(base)
     port = free_port()
     broker = EmbeddedBroker(tmp_path / "broker", port=port)
     kafka = KafkaSettings(bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.", session_timeout_ms=3000)

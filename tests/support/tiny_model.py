@@ -44,3 +44,11 @@ def tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2) -> tuple[Any, A
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
     return model.float().eval(), tokenizer
+
+
+def saved_tiny_model(path: Any, seed: int = 0) -> tuple[Any, Any]:
+    """:func:`tiny_model` saved with its tokenizer at ``path`` (a ``base_model`` directory); (model, tokenizer)."""
+    model, tokenizer = tiny_model(seed)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return model, tokenizer
