@@ -83,9 +83,7 @@ def comparison_only(line: Line, version: int, max_staleness: int) -> bool:
 def files_rollback(line: Line, adapter: str, version: int, reason: str) -> R.AdapterRolledBack | None:
     """The rollback of ``version``, whose files do not verify: to its nearest good ancestor when it is the primary,
     else to the primary (the line under test goes with it); None when it is discarded already or cannot be rolled
-    back (the base model)."""
-    if version not in line.announced or version in line.discarded:
-        return None
+    back (the base model): :func:`~streamgrpo.lifecycle.actions.rollback_target` says which."""
     try:
         v, restored = rollback_target(line, version, None)
     except AdapterActionError:
@@ -168,7 +166,8 @@ class Lifecycle:
             if born and born[-1].by == "registry":  # rolled back by the fold at publication: say so in the log
                 out.append(R.AdapterRolledBack(R.Envelope.new(SERVICE, event_id=ids.rollback_id(self.adapter_name, v)),
                                                self.adapter_name, v, line.primary, born[-1].reason, {}, SERVICE))
-        for v, reason in sorted(self.files.failed.items()) if self.files is not None and not out else ():
+        failed = sorted(self.files.failed.items()) if self.files is not None and not out else []
+        for v, reason in failed:
             event = files_rollback(line, self.adapter_name, v, reason)
             if event is not None:  # one at a time: it discards the versions above the one it restores
                 out.append(event)
