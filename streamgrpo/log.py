@@ -15,16 +15,19 @@ from streamgrpo.redact import redact, register_secret
 __all__ = ["RedactingFilter", "printable", "redact", "register_secret", "setup_logging"]
 
 _KEEP = frozenset("\n\t")
+_SEPARATORS = frozenset({"Zl", "Zp"})  # U+2028, U+2029: escaped like every C* category
 
 
 def printable(text: str, *, keep_newlines: bool = True, limit: int | None = None) -> str:
     """``text`` safe for a terminal or one log line: control characters (ESC of ANSI/OSC sequences, CR, BEL,
-    C1, bidi overrides) become ``\\x1b``-style escapes; newlines too unless ``keep_newlines``; cut to ``limit``
-    characters (marked with an ellipsis)."""
+    C1, bidi overrides) and the Unicode line and paragraph separators (U+2028, U+2029: line breaks to
+    ``str.splitlines`` and to many viewers) become ``\\x1b``-style escapes; newlines too unless ``keep_newlines``;
+    cut to ``limit`` characters (marked with an ellipsis)."""
     import unicodedata
 
     keep = _KEEP if keep_newlines else frozenset()
-    out = "".join(ch if ch in keep or unicodedata.category(ch)[0] != "C" or ch == " "
+    out = "".join(ch if ch in keep or ch == " " or (cat := unicodedata.category(ch))[0] != "C"
+                  and cat not in _SEPARATORS
                   else ch.encode("unicode_escape").decode("ascii") for ch in text)
     return out if limit is None or len(out) <= limit else out[:limit] + "…"
 
