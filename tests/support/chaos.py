@@ -9,7 +9,10 @@ SIGTERM lands wherever the service waits. A SIGTERMed child must exit within ``t
 not is recorded as ``hung`` and SIGKILLed (the kubelet's terminationGracePeriod). ``streamgrpo run``'s supervisor
 restarts the child either way. No kill in the first ``warmup_s`` seconds (the services load), and a child is
 only chosen once it has been seen alive for ``min_uptime_s`` (a child killed again while it still loads its
-model tests nothing new).
+model tests nothing new). With ``broker_restarts`` (and the campaign's own ``broker``), the monkey also kills the
+broker that many times, evenly over the kill window, and brings it back as a durable broker would
+(:func:`support.broker_restart.restart_durably`: the loop meets a dead broker for ``outage_s`` seconds, then
+the same log and committed offsets on the same port).
 
 :func:`audit` is the pure check of what the topics hold afterwards (records as :func:`read_topic` returns
 them), with these rules:
@@ -106,8 +109,11 @@ class ChaosMonkey(threading.Thread):
 
     def __init__(self, run_pid: int, duration_s: float, interval_s: tuple[float, float] = (4.0, 8.0),
                  seed: int = 0, services: tuple[str, ...] = SERVICES, min_uptime_s: float = 20.0,
-                 warmup_s: float = 30.0, signals: tuple[str, ...] = ("KILL",), term_grace_s: float = 15.0) -> None:
+                 warmup_s: float = 30.0, signals: tuple[str, ...] = ("KILL",), term_grace_s: float = 15.0,
+                 broker: Any = None, broker_restarts: int = 0, outage_s: float = 10.0) -> None:
         super().__init__(name="chaos-monkey", daemon=True)
+        if broker_restarts and broker is None:
+            raise ValueError("broker_restarts needs the broker (an EmbeddedBroker this campaign owns)")
         unknown = set(signals) - {"KILL", "TERM"}
         if not signals or unknown:
             raise ValueError(f"signals must be KILL and/or TERM, got {signals}")
@@ -118,6 +124,12 @@ class ChaosMonkey(threading.Thread):
         self.kills: list[Kill] = []
         self.stop_event = threading.Event()
         self._first_seen: dict[int, float] = {}
+        self.broker, self.outage_s = broker, outage_s
+        # evenly spread over the kill window, after the warm-up
+        span = max(duration_s - warmup_s, 0.0)
+        self._restart_at = [warmup_s + span * (k + 1) / (broker_restarts + 1) for k in range(broker_restarts)]
+        self.broker_restarts: list[dict[str, Any]] = []
+        self.broker_error: str | None = None
 
     def run(self) -> None:
         started = time.monotonic()
@@ -126,6 +138,10 @@ class ChaosMonkey(threading.Thread):
             if now - started >= self.duration_s:
                 return
             if now - started < self.warmup_s:
+                continue
+            if self._restart_at and now - started >= self._restart_at[0]:
+                self._restart_at.pop(0)
+                self._restart_broker(round(now - started, 1))
                 continue
             ready = []
             for name, pid in service_children(self.run_pid, self.services):
@@ -143,6 +159,15 @@ class ChaosMonkey(threading.Thread):
                 continue
             at_s = round(now - started, 1)
             self.kills.append(self._stopped(at_s, name, pid) if sig == "TERM" else Kill(at_s, name, pid))
+
+    def _restart_broker(self, at_s: float) -> None:
+        from support.broker_restart import restart_durably
+
+        try:
+            self.broker_restarts.append({"at_s": at_s, **restart_durably(self.broker, self.run_pid, self.outage_s)})
+        except Exception as exc:  # reported in the result; the campaign stops killing (its subject is gone)
+            self.broker_error = f"{type(exc).__name__}: {exc}"
+            self.stop_event.set()
 
     def _stopped(self, at_s: float, name: str, pid: int) -> Kill:
         """Wait up to ``term_grace_s`` for a SIGTERMed child to exit; SIGKILL it if it does not."""
@@ -341,7 +366,8 @@ def _lineage(records: list[Received], samples: dict[tuple[int, int], str], out: 
 def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain_s: float,
               interval_s: tuple[float, float] = (4.0, 8.0), seed: int = 0, group_timeout_s: float = 60.0,
               tasks: int = 400, group_size: int = 4, min_uptime_s: float = 20.0, warmup_s: float = 30.0,
-              signals: tuple[str, ...] = ("KILL",), term_grace_s: float = 15.0) -> dict[str, Any]:
+              signals: tuple[str, ...] = ("KILL",), term_grace_s: float = 15.0, broker: Any = None,
+              broker_restarts: int = 0, outage_s: float = 10.0) -> dict[str, Any]:
     """``streamgrpo run`` of ``base_model`` on ``kafka`` (an existing broker + topic prefix) under a ChaosMonkey for
     ``chaos_s`` s, then ``drain_s`` s without kills; returns the kills (with each SIGTERM's time to exit), the run's
     restarts and the audit."""
@@ -372,7 +398,8 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
     with open(work / "run.out", "wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
         monkey = ChaosMonkey(proc.pid, chaos_s, interval_s, seed, min_uptime_s=min_uptime_s, warmup_s=warmup_s,
-                             signals=signals, term_grace_s=term_grace_s)
+                             signals=signals, term_grace_s=term_grace_s, broker=broker,
+                             broker_restarts=broker_restarts, outage_s=outage_s)
         monkey.start()
         try:
             rc = proc.wait(timeout=chaos_s + drain_s + 300)
@@ -390,6 +417,7 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
             "kills_by_signal": monkey.by_signal(), "hung": [asdict(k) for k in monkey.hung()],
             "term_exit_s_max": max(term_exits, default=None), "term_grace_s": term_grace_s,
             "kill_log": [asdict(k) for k in monkey.kills], "restarts": restarts, "audit": result.as_dict(),
+            "broker_restarts": monkey.broker_restarts, "broker_error": monkey.broker_error,
             "chaos_s": chaos_s, "drain_s": drain_s, "interval_s": list(interval_s), "seed": seed, "tasks": tasks,
             "min_uptime_s": min_uptime_s, "warmup_s": warmup_s,
             "output_tail": (work / "run.out").read_text(errors="replace")[-3000:]}
