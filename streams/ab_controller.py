@@ -53,6 +53,7 @@ from streamgrpo.lifecycle.file_check import FileCheck
 from streamgrpo.lifecycle.registry import AdapterRegistry, Line, ancestors
 from streamgrpo.lifecycle.stats import Stats
 from streamgrpo.models.errors import AdapterActionError
+from streamgrpo.streams import faust_transport
 from streamgrpo.streams.app import FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.topics import catalog
@@ -249,7 +250,7 @@ def register(ctx: StreamsContext) -> Lifecycle:
             pass
 
     def leads() -> bool:
-        return TP(ctx.name(catalog.ADAPTER_EVENTS), 0) in ctx.app.assignor.assigned_actives()
+        return TP(ctx.name(catalog.ADAPTER_EVENTS), 0) in faust_transport.assigned(ctx.app)
 
     ctx.app.task(run_follower)
     ctx.app.agent(ctx.topics[catalog.ADAPTER_EVENTS], name="streamgrpo.ab.lease")(lease)

@@ -18,6 +18,13 @@ fan-out's admission, which frees only when the window, paused by that rebalance,
 both forever. Such an agent checks :func:`must_yield` while it waits and, when it is true, hands its event back:
 one extra reference keeps the message from ever being acknowledged (so its offset is never committed and the
 event is delivered again after the rebalance or restart), and it leaves the set ``wait_empty`` waits on.
+
+Which partitions this worker holds (:func:`assigned`; public Faust API, guarded by the same test): the consumer's
+Kafka assignment, which Faust's own leader election reads too. NOT ``app.assignor.assigned_actives()``: Faust 0.15's
+aiokafka driver installs Faust's partition assignor only in an app with changelog tables or standby replicas
+(``AIOKafkaConsumerThread._create_worker_consumer``) and aiokafka's round-robin assignor otherwise, so in a worker
+without a table (any agent selection without ``window``) that record stays empty while the consumer holds its
+partitions.
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ from typing import Any
 
 import aiokafka
 import faust
+from faust.exceptions import ConsumerNotStarted
 from faust.transport import drivers
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
 SCHEME = "streamgrpo-kafka"
 #: (faust, aiokafka) version prefixes this adaptation was checked against.
@@ -66,6 +75,14 @@ def hand_back(app: faust.App, message: Any) -> None:
     delivered again after the rebalance or restart) and let ``wait_empty`` stop waiting for it."""
     message.incref()
     app.consumer.unacked.discard(message)
+
+
+def assigned(app: faust.App) -> set[TP]:
+    """The partitions ``app``'s consumer holds now (empty before it started), whichever assignor the driver chose."""
+    try:
+        return set(app.consumer.assignment())
+    except ConsumerNotStarted:
+        return set()
 
 
 def register() -> str:

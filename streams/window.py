@@ -38,6 +38,7 @@ from faust.types import TP
 from streamgrpo import metrics
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
+from streamgrpo.streams import faust_transport
 from streamgrpo.streams import window_core as W
 from streamgrpo.streams.ab_controller import comparison_only
 from streamgrpo.streams.advantages import build_estimator
@@ -201,7 +202,7 @@ class Window:
     # -- timer ------------------------------------------------------------------------------------
     def due_ticks(self, now: float) -> list[tuple[str, int]]:
         """Groups of this worker's partitions that are due for a timeout or retention check."""
-        actives = self.ctx.app.assignor.assigned_actives()
+        actives = faust_transport.assigned(self.ctx.app)
         rewards = self.ctx.name(catalog.REWARDS)
         out = []
         for key, raw in list(self.groups.items()):

@@ -8,7 +8,9 @@ announcement of v2 with another sha256 written while it runs is dead-lettered at
 refused announcements silently (a WARNING log line) and nothing was dead-lettered.
 
 A forged announcement that follows the lineage is accepted by the fold; the A/B controller finds that its files do
-not verify in the adapter store and rolls it back (the second test).
+not verify in the adapter store and rolls it back (the second test), also in a worker without the window (the third:
+such a worker has no table, so Faust's own partition assignor, whose record the controller read to know whether it
+leads, is not used; before, the controller there never led: no rollback, no verdict, no AdapterState, no error).
 """
 
 from __future__ import annotations
@@ -142,3 +144,45 @@ def test_a_forged_announcement_that_follows_the_lineage_is_rolled_back_and_group
     assert (rolled.version, rolled.restored_version, rolled.decided_by) == (2, 1, "ab-controller")
     assert "do not verify in the adapter store" in rolled.reason and "missing adapter_config.json" in rolled.reason
     assert versions_requested(kafka_ns, 1) == {1}, "a group after the rollback goes to the restored primary"
+
+
+@pytest.mark.parametrize("only", ["ab", "fanout,ab"])
+def test_the_ab_controller_leads_in_a_worker_without_the_window(kafka_ns: KafkaSettings, tmp_path: Path,
+                                                                only: str) -> None:
+    """``--only ab`` and ``--only fanout,ab``: the one worker holds ``adapter-events`` and leads. It rolls the forged
+    v2 back to v1 and publishes AdapterStates on ``adapter-registry``; with the fan-out, a later group goes to v1.
+
+    Why it failed before: Faust 0.15's aiokafka driver installs Faust's partition assignor only in an app with
+    changelog tables (only the window has them) and aiokafka's round-robin assignor otherwise, so
+    ``app.assignor.assigned_actives()``, which ``leads()`` read, stayed empty while the consumer held every partition;
+    the fan-out ran, the controller never decided. Not covered here: the lease moving between several workers."""
+    store = tmp_path / "adapters"
+    uri1, sha1 = write_version(store, 1)
+    with EventProducer(kafka_ns, "test") as prod:
+        prod.send(announcement(1, None, sha256=sha1, uri=uri1))
+        prod.send(announcement(2, 1, sha256="0" * 64, uri=(store / "planner" / "v2").as_uri()))
+    settings = {**SETTINGS, "adapter_store": store, "adapter_verify_grace_s": 1.0, "tick_interval_s": 0.2,
+                "registry_interval_s": 0.5}
+    worker = WorkerProcess(kafka_ns, only, tmp_path / "data", settings)
+
+    def rollbacks() -> list[R.AdapterRolledBack]:
+        return [r.event for r in read_topic(kafka_ns, "adapter-events", timeout_s=15)
+                if isinstance(r.event, R.AdapterRolledBack)]
+
+    def states() -> list[R.AdapterState]:
+        return [r.event for r in read_topic(kafka_ns, "adapter-registry", timeout_s=15)
+                if isinstance(r.event, R.AdapterState)]
+
+    try:
+        wait_for("the forged v2 rolled back by the only worker", lambda: len(rollbacks()) > 0, worker)
+        wait_for("AdapterStates published", lambda: len(states()) > 0, worker)
+        if "fanout" in only:
+            with EventProducer(kafka_ns, "test") as prod:
+                prod.send(task(1))
+            wait_for("task 1 fanned out", lambda: len(versions_requested(kafka_ns, 1)) > 0, worker)
+    finally:
+        assert worker.stop() == 0, worker.log_text()[-3000:]
+    [rolled] = rollbacks()
+    assert (rolled.version, rolled.restored_version, rolled.decided_by) == (2, 1, "ab-controller")
+    if "fanout" in only:
+        assert versions_requested(kafka_ns, 1) == {1}

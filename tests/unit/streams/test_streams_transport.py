@@ -74,3 +74,21 @@ def test_must_yield_follows_faust_flow_control_and_stop() -> None:
         assert faust_transport.must_yield(app)
 
     asyncio.run(run())
+
+
+def test_assigned_is_the_consumers_assignment_whichever_assignor_faust_chose() -> None:
+    """Why :func:`faust_transport.assigned` reads the consumer, not ``app.assignor``: without a changelog table (and
+    with ``[streams] standby_replicas`` 0, the default) Faust's driver hands the group to aiokafka's round-robin
+    assignor, so Faust's assignor record is never filled. Before the
+    consumer starts, ``assigned`` is empty instead of raising. The assignment itself is covered on a real broker by
+    tests/integration/test_streams_adapter_refusals.py (a worker without the window leads)."""
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    async def run() -> None:
+        app = faust.App("canary", broker="kafka://127.0.0.1:1", table_standby_replicas=0)  # as create_app sets it
+        thread = app.consumer._thread  # type: ignore[attr-defined]
+        await thread._create_worker_consumer(app.transport).stop()
+        assert thread._assignor is RoundRobinPartitionAssignor
+        assert faust_transport.assigned(app) == set() == app.assignor.assigned_actives()
+
+    asyncio.run(run())
