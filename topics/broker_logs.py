@@ -54,6 +54,10 @@ CONNECTION = re.compile(
     r" failed|failed)|failed to resolve|name or service not known|no route to host|network is unreachable",
     re.IGNORECASE,
 )
+#: Lines that match :data:`CONNECTION` but report a group's state, not an unreachable broker: aiokafka's
+#: "Heartbeat failed for group G because it is rebalancing" on every member during a normal rebalance, and its
+#: "Heartbeat failed: local member_id was not recognized" after a member's session ran out.
+NOT_AN_OUTAGE = re.compile(r"because it is rebalancing|member_id was not recognized", re.IGNORECASE)
 #: Numbers (offsets, ids, milliseconds) do not make a repeated line new.
 _DIGITS = re.compile(r"\d+")
 #: Attribute holding the filter's verdict on a record it has seen.
@@ -103,7 +107,7 @@ class BrokerLogFilter(logging.Filter):
             return True
         with self.lock:
             now, was_down = self.clock(), self.outage.down
-            if CONNECTION.search(text):
+            if CONNECTION.search(text) and not NOT_AN_OUTAGE.search(text):
                 line = self.outage.error(now, text)
             elif client and was_down:
                 line = self.outage.consequence(now, text)

@@ -114,6 +114,26 @@ def test_faust_transport_lines_are_the_outage_but_an_agent_crash_is_not() -> Non
     assert [ln.split(":")[0] for ln in rig.lines()] == ["WARNING streamgrpo.topics.broker", "ERROR faust.agents.agent"]
 
 
+def test_a_heartbeat_refused_during_a_rebalance_is_not_an_outage() -> None:
+    # every member of a group logs it on a normal rebalance, with the broker up; before, each said the broker was
+    # unreachable ("is it running, and is [kafka] bootstrap right?") and then "reachable again after 5 s"
+    rig = Rig(interval_s=5.0)
+    for _ in range(3):
+        rig.now += 1.0
+        rig.log("aiokafka.consumer.group_coordinator", logging.WARNING,
+                "Heartbeat failed for group %s because it is rebalancing", "t.streamgrpo-streams")
+    lines = rig.lines()
+    assert rig.outages == 0 and not rig.filter.outage.down
+    assert lines == ["WARNING aiokafka.consumer.group_coordinator: Heartbeat failed for group t.streamgrpo-streams "
+                     "because it is rebalancing"], lines  # kept, once per interval (a repeated library line)
+    rig.log("aiokafka.consumer.group_coordinator", logging.WARNING, "Heartbeat failed: local member_id was not "
+            "recognized; resetting and re-joining group")
+    assert rig.outages == 0 and len(rig.lines()) == 2
+    rig.log("aiokafka.consumer.group_coordinator", logging.WARNING, "Heartbeat session expired - marking "
+            "coordinator dead")
+    assert rig.outages == 1  # a heartbeat that really failed still starts one
+
+
 SCRIPT = """
 import asyncio, sys
 from streamgrpo.log import setup_logging
