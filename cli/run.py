@@ -158,6 +158,9 @@ def execute(cfg: RunSettings) -> Path:
     from streamgrpo.config import KafkaSettings
 
     kafka = config.load(KafkaSettings, "kafka", path=cfg.config_path, overrides={"bootstrap": bootstrap})
+    from streamgrpo.topics.broker_logs import watch as watch_broker
+
+    watch_broker(kafka)  # this process's own clients (progress line, submit) log an outage in bounded lines too
     try:
         config_file = _write_config(cfg, run_dir)
         runs.register(cfg.home, runs.RunRecord(run_id, bootstrap, kafka.topic_prefix, str(run_dir), os.getpid(),

@@ -259,6 +259,10 @@ class FollowerThread:
         except (StreamGRPOError, KafkaError) as exc:  # named by check() in the threads that read the fold
             self._error = exc
             log.warning("%s: following %s stopped: %s", self.name, self.reader.topics, exc)
+        except asyncio.CancelledError as exc:  # the client's stop() cancelled under it (a broker that died)
+            if not self._stop.is_set():
+                self._error = exc
+                log.warning("%s: following %s stopped: cancelled", self.name, self.reader.topics)
 
     def start(self) -> FollowerThread:
         self._thread.start()

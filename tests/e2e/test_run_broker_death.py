@@ -83,6 +83,9 @@ def test_run_fails_loudly_when_its_embedded_broker_dies(tmp_path: Path) -> None:
     assert rc not in (0, None) and took < NOTICE_BOUND_S, (rc, took, text[-3000:])
     assert f"the embedded broker (pid {broker[0]}) exited with code -9" in text and "the run failed" in text, text
     assert "error: the run failed" in text
+    after = text[text.index("submitted "):].splitlines()  # the run's own lines (its children log to files)
+    assert not any("Traceback" in ln for ln in after), text[-3000:]  # before: the progress follower's CancelledError
+    assert sum("aiokafka" in ln for ln in after) <= 2, after  # before: 75 raw client errors in 2.5 s
     alive = [p for p in services if Path(f"/proc/{p}").exists() and "streamgrpo" in _cmdline(p)]
     assert not alive, [_cmdline(p) for p in alive]  # every service child was stopped
     (report,) = home.glob("runs/*/report")
