@@ -17,22 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
+from support.chaos import children
 from support.tiny_planner import QUESTIONS
 from support.tiny_policy import build_tiny_model, build_tiny_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 NOTICE_BOUND_S = 60.0  # SIGKILL of the broker -> the run has exited (children stopped, report written)
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            out += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return out
 
 
 def _cmdline(pid: int) -> str:
@@ -66,7 +57,7 @@ def test_run_fails_loudly_when_its_embedded_broker_dies(tmp_path: Path) -> None:
             assert run.poll() is None, out.read_text(errors="replace")[-3000:]
             time.sleep(0.5)
         time.sleep(10.0)  # the services are up and talking to the broker
-        kids = _children(run.pid)
+        kids = children(run.pid)
         broker = [p for p in kids if "tansu" in _cmdline(p).lower()]
         services = [p for p in kids if p not in broker]
         assert len(broker) == 1 and len(services) >= 4, [_cmdline(p) for p in kids]

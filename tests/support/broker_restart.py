@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from confluent_kafka import (
     Consumer,
@@ -115,22 +115,8 @@ def give_back(bootstrap: str, snap: Snapshot, timeout_s: float = 60.0) -> None:
     futures = admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in snap.topics.items()])
     for future in futures.values():
         future.result(timeout_s)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
-    moved: list[str] = []
-
-    def delivered(rec: Record):  # type: ignore[no-untyped-def]
-        def callback(err, msg) -> None:  # type: ignore[no-untyped-def]
-            if err is not None or msg.offset() != rec.offset:
-                moved.append(f"{rec.topic}[{rec.partition}]@{rec.offset}: {err or msg.offset()}")
-        return callback
-
-    for rec in snap.records:
-        producer.produce(rec.topic, value=rec.value, key=rec.key, partition=rec.partition, headers=list(rec.headers),
-                         timestamp=rec.timestamp_ms, on_delivery=delivered(rec))
-        producer.poll(0)
-    left = producer.flush(timeout_s)
-    if left or moved:
-        raise AssertionError(f"{left} records not given back; moved: {moved[:10]}")
+    produce_in_place(Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}),
+                     snap.records, timeout_s)
     for group, committed in snap.offsets.items():
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
         try:
@@ -139,17 +125,35 @@ def give_back(bootstrap: str, snap: Snapshot, timeout_s: float = 60.0) -> None:
             consumer.close()
 
 
+def produce_in_place(producer: Producer, records: Iterable[Record], timeout_s: float = 60.0) -> None:
+    """Produce ``records`` in order (``topic``: the physical name); into empty topics each must land at its old
+    offset: an AssertionError names those that did not, or that were not delivered."""
+    moved: list[str] = []
+
+    def delivered(rec: Record):  # type: ignore[no-untyped-def]
+        def callback(err, msg) -> None:  # type: ignore[no-untyped-def]
+            if err is not None or msg.offset() != rec.offset:
+                moved.append(f"{rec.topic}[{rec.partition}]@{rec.offset}: {err or msg.offset()}")
+        return callback
+
+    for rec in records:
+        producer.produce(rec.topic, value=rec.value, key=rec.key, partition=rec.partition, headers=list(rec.headers),
+                         timestamp=rec.timestamp_ms, on_delivery=delivered(rec))
+        producer.poll(0)
+    left = producer.flush(timeout_s)
+    if left or moved:
+        raise AssertionError(f"{left} records not given back; moved: {moved[:10]}")
+
+
 def loop_pids(root: int) -> list[int]:
     """``root`` and all its descendants (from /proc), parents first."""
+    from support.chaos import children
+
     out, todo = [], [root]
     while todo:
         pid = todo.pop(0)
         out.append(pid)
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                todo += [int(p) for p in (task / "children").read_text().split()]
-            except OSError:
-                continue
+        todo += children(pid)
     return out
 
 

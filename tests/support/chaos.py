@@ -80,7 +80,7 @@ def exited(pid: int) -> bool:
 def service_children(run_pid: int, services: tuple[str, ...] = SERVICES) -> list[tuple[str, int]]:
     """(service, pid) of the live ``python -m streamgrpo.cli <service>`` children of ``run_pid`` (from /proc)."""
     out = []
-    for pid in _children(run_pid):
+    for pid in children(run_pid):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
@@ -93,7 +93,8 @@ def service_children(run_pid: int, services: tuple[str, ...] = SERVICES) -> list
     return out
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The child pids of ``pid`` (from /proc; empty once it is gone)."""
     pids: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:

@@ -150,20 +150,11 @@ def give_back(kafka: KafkaSettings, records: Sequence[Received]) -> None:
     lands at its old offset (checked)."""
     from confluent_kafka import Producer
 
-    producer = Producer(client_config(kafka, **{"enable.idempotence": True, "acks": "all"}))
-    moved: list[str] = []
+    from support.broker_restart import Record, produce_in_place
 
-    def delivered(rec: Received):  # type: ignore[no-untyped-def]
-        def callback(err, msg) -> None:  # type: ignore[no-untyped-def]
-            if err is not None or msg.offset() != rec.offset:
-                moved.append(f"{rec.topic}[{rec.partition}]@{rec.offset}: {err or msg.offset()}")
-        return callback
-
-    for rec in records:
-        producer.produce(topic_name(kafka, rec.topic), value=rec.value, key=rec.key, partition=rec.partition,
-                         timestamp=rec.timestamp_ms, on_delivery=delivered(rec))
-        producer.poll(0)
-    assert producer.flush(60) == 0 and moved == [], moved
+    produce_in_place(Producer(client_config(kafka, **{"enable.idempotence": True, "acks": "all"})),
+                     (Record(topic_name(kafka, r.topic), r.partition, r.offset, r.key, r.value, (), r.timestamp_ms)
+                      for r in records))
 
 
 def restored(service: Service, broker: EmbeddedBroker, kafka: KafkaSettings, *,
