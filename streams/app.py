@@ -7,8 +7,9 @@ names the agents it runs (``settings.agents``; registry :data:`AGENTS`, each ent
 a record that does not decode becomes a bounded ``DeadLetter`` on ``dead-letters`` (built by
 :func:`streamgrpo.topics.dead_letter.dead_letter`: catalog topic, partition, offset, reason code
 and a bounded copy) and the agent moves on: it never crashes on bad input. A bad record read by
-several agents of one worker (``rewards``: window and metrics; every topic: archive) is
-dead-lettered once (``StreamsContext.dead_lettered``); a dead letter that cannot be delivered is
+several agents of one worker is dead-lettered once (``StreamsContext.dead_lettered``); no topic is consumed
+by two Faust agents of one worker (``rewards``: the window hands Rewards to the metrics, see
+:mod:`.metrics`); a dead letter that cannot be delivered is
 retried with backoff, then pauses the agent with a loud error instead of crashing the worker.
 
 Faust settings applied: broker from ``KafkaSettings.bootstrap`` (``streamgrpo-kafka://host:port``:
@@ -26,7 +27,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -141,6 +142,11 @@ class StreamsContext:
     window: Window | None = None
     archive: ArchiveWriter | None = None
     reward_windows: RewardWindows | None = None
+    #: the agents of this worker (``create_app``'s selection), known before any registers
+    agents: tuple[str, ...] = ()
+    #: where the window hands each decoded Reward when the metrics agent runs in the same worker (one Faust
+    #: channel per topic: see :mod:`streamgrpo.streams.metrics`)
+    on_reward: Callable[[R.Reward], None] | None = None
 
     def name(self, topic: str) -> str:
         """The broker-side name of a catalog topic (prefix applied)."""
@@ -255,7 +261,8 @@ def create_app(settings: StreamsSettings, kafka: KafkaSettings, agents: list[str
         autodiscover=False,
         worker_redirect_stdouts=False,
     )
-    ctx = StreamsContext(app=app, settings=settings, kafka=kafka, codec=Codec(kafka.schema_registry_url))
+    ctx = StreamsContext(app=app, settings=settings, kafka=kafka, codec=Codec(kafka.schema_registry_url),
+                         agents=tuple(chosen))
     ctx.topics = {t.name: ctx.topic(t.name) for t in TOPICS}
     app.streamgrpo = ctx
     for name in chosen:

@@ -8,7 +8,12 @@ the OK scores, 0.0 when the window has none; successes per judge reward, an ERRO
 turns and summed tool calls.
 
 The agent consumes ``rewards`` (dedup by event id: :class:`~streamgrpo.topics.dedup.RecentIds`), a timer flushes closed
-windows to ``reward-metrics``. Each judged reward is observed in ``streamgrpo_reward_score{arm}`` and each
+windows to ``reward-metrics``. In a worker that also runs the window, the metrics have no Faust agent of their
+own: the window hands them each Reward it decodes (``StreamsContext.on_reward``). Two agents on one topic made a
+rebalance hang: Faust hands both channels the same event, its ``flow_control.clear()`` drops the window's queued
+copy unacknowledged, and ``wait_empty`` waits for that message to leave its weak set, which it never does while
+the metrics agent's stream still holds the copy it had just processed (seen twice after a broker restart, each
+time on ``rewards``). Each judged reward is observed in ``streamgrpo_reward_score{arm}`` and each
 flushed window sets ``streamgrpo_reward_mean{arm}`` / ``streamgrpo_reward_success_ratio{arm}`` in the
 process's shared metrics (:mod:`streamgrpo.metrics`; the endpoint is the streams worker's
 ``metrics_port``). The arm is the A/B role of the version that served (canary or primary), never the
@@ -99,13 +104,17 @@ def register(ctx: StreamsContext) -> None:
     s = ctx.settings
     windows = RewardWindows(s.metrics_window_s, s.success_threshold)
 
+    def on_reward(reward: R.Reward) -> None:
+        if is_human(reward):
+            ctx.count("metrics.human_rewards")  # kept apart: reward metrics are the judge's
+        elif windows.add(reward):
+            metrics.current().observe(metrics.REWARD_SCORE, reward.score, arm=arm_of(ctx, reward.adapter_version))
+
     async def metrics_agent(stream: FaustStream) -> None:
         async for ev in stream.events():
             reward = await ctx.decode(ev, (R.Reward,))
-            if isinstance(reward, R.Reward) and is_human(reward):
-                ctx.count("metrics.human_rewards")  # kept apart: reward metrics are the judge's
-            elif isinstance(reward, R.Reward) and windows.add(reward):
-                metrics.current().observe(metrics.REWARD_SCORE, reward.score, arm=arm_of(ctx, reward.adapter_version))
+            if isinstance(reward, R.Reward):
+                on_reward(reward)
 
     async def flush_metrics() -> None:
         for m in windows.flush(time.time()):
@@ -115,6 +124,9 @@ def register(ctx: StreamsContext) -> None:
             await ctx.send(m)
             ctx.count("metrics.windows")
 
-    ctx.app.agent(ctx.topics[catalog.REWARDS], name="streamgrpo.metrics")(metrics_agent)
+    if "window" in ctx.agents:  # one Faust channel per topic (module docstring): the window feeds on_reward
+        ctx.on_reward = on_reward
+    else:
+        ctx.app.agent(ctx.topics[catalog.REWARDS], name="streamgrpo.metrics")(metrics_agent)
     ctx.app.timer(min(1.0, s.metrics_window_s), name="streamgrpo.metrics.flush")(flush_metrics)
     ctx.reward_windows = windows

@@ -88,6 +88,8 @@ class Window:
         event = await self.ctx.decode(ev, (R.Reward, R.PlannerAction, R.RolloutCompleted))
         if event is None:
             return
+        if isinstance(event, R.Reward) and self.ctx.on_reward is not None:
+            self.ctx.on_reward(event)  # the metrics of this worker (they have no agent of their own beside the window)
         if not event.envelope.group_id or not event.envelope.rollout_id:
             await self.ctx.dead_letter(topic, ev.message.partition, ev.message.offset, ev.key, ev.value,
                                        "missing_ids", f"{type(event).__name__} without group_id/rollout_id")

@@ -38,7 +38,27 @@ def test_app_is_built_from_settings(tmp_path: Path) -> None:
     assert {t.name for t in app.tables.values()} == {"window-groups", "window-actions"}
     assert {t.changelog_topic_name for t in app.tables.values()} == {
         "run7.streamgrpo-streams-window-groups-changelog", "run7.streamgrpo-streams-window-actions-changelog"}
-    assert {a for a in app.agents} == {"streamgrpo.window", "streamgrpo.metrics"}
+    assert {a for a in app.agents} == {"streamgrpo.window"}  # the metrics ride on the window's channel
+    assert ctx.on_reward is not None and ctx.reward_windows is not None
+
+
+def test_no_topic_is_consumed_by_two_agents_of_one_worker(tmp_path: Path) -> None:
+    """Every agent selection, the default (all) included: each topic feeds at most one Faust channel. Two agents on
+    ``rewards`` (window and metrics) hung a rebalance after a broker restart in 2 chaos runs of 5: Faust handed
+    both the same event, cleared the window's queued copy unacknowledged, and waited in ``wait_empty`` for a
+    message the metrics agent's stream still held (streams/metrics.py)."""
+    from itertools import combinations
+
+    from streamgrpo.streams.app import AGENTS
+
+    apps = {chosen: create_app(settings(tmp_path), KafkaSettings(bootstrap="h:9092"), list(chosen))
+            for n in range(1, len(AGENTS) + 1) for chosen in combinations(AGENTS, n)}
+    for chosen, app in apps.items():
+        topics = [name for agent in app.agents.values() for name in agent.channel.topics]
+        assert len(topics) == len(set(topics)), (chosen, sorted(topics))
+    for chosen, app in apps.items():
+        if "metrics" in chosen:  # the metrics still see every reward: their own agent, or the window's
+            assert ("streamgrpo.metrics" in app.agents) != (app.streamgrpo.on_reward is not None), chosen
 
 
 def test_the_session_timeout_is_kafkas_unless_streams_sets_its_own(tmp_path: Path) -> None:
