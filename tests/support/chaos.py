@@ -2,7 +2,7 @@
 the topics.
 
 :class:`ChaosMonkey` is a thread that, every few seconds (uniform in ``interval_s``), picks one live service
-child of the ``streamgrpo run`` process (streams, judge, rollout, trainer; never the broker) at random and sends
+child of the ``streamgrpo run`` process (streams, judge, rollout, trainer; the broker only as below) at random and sends
 its whole process group a signal drawn from ``signals``: SIGKILL as a pod or machine death would, SIGTERM as a
 rolling update or a scale-in would -- the loop is back-pressured throughout (admission holds the fan-out), so a
 SIGTERM lands wherever the service waits. A SIGTERMed child must exit within ``term_grace_s``; one that does
