@@ -83,6 +83,9 @@ class StreamsSettings(StrictModel):
                                              "signal; 0 = off.")
     curriculum_probe_group_size: int = Field(2, ge=2, le=64, description="Rollouts of a cold kind's task (a probe "
                                              "group; metadata probe = the kind).")
+    curriculum_all_cold_keeps_last: bool = Field(False, description="When every task kind is cold, the kind whose "
+                                                 "group last had signal runs full groups (metadata all_cold = the "
+                                                 "kind) instead of probes: a probe saves rollouts only for warm kinds.")
     # -- advantage window --------------------------------------------------------------------------
     estimator: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo or rloo.")
     group_timeout_s: float = Field(

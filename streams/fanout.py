@@ -223,6 +223,8 @@ class _Shell:
             ctx.count(f"fanout.curriculum_{task.metadata['curriculum']}")
         if "probe" in sized.metadata:
             ctx.count("fanout.curriculum_probe")
+        if "all_cold" in sized.metadata:
+            ctx.count("fanout.curriculum_all_cold")
         metrics.current().inc(metrics.GROUPS_REQUESTED)
         metrics.current().set(metrics.GROUPS_OPEN, view.in_flight)
         return True
@@ -254,7 +256,8 @@ def curriculum_policy(s: StreamsSettings) -> CurriculumPolicy:
     return CurriculumPolicy(enabled=s.curriculum, requeue_max=s.curriculum_requeue_max,
                             park_after=s.curriculum_park_after, park_retries=s.curriculum_park_retries,
                             cold_kind_groups=s.curriculum_cold_kind_groups,
-                            probe_group_size=s.curriculum_probe_group_size)
+                            probe_group_size=s.curriculum_probe_group_size,
+                            all_cold_keeps_last=s.curriculum_all_cold_keeps_last)
 
 
 def _note(ctx: StreamsContext, decision: Decision | None) -> None:

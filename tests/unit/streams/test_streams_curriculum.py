@@ -137,6 +137,48 @@ def test_cold_kinds_off_and_small_groups_are_left_alone() -> None:
     assert small.cold(task("y", kind="history")) == "history" and off.cold(task("y", kind="history")) is None
 
 
+def fold(cur: Curriculum, t: R.Task, signal: bool) -> None:
+    cur.remember(t, 0)
+    cur.closed(closed(t, 0, 0.5 if signal else 0.0, signal))
+
+
+def test_when_every_kind_is_cold_the_kind_with_the_latest_signal_keeps_full_groups() -> None:
+    """Arithmetic had signal after lookup did; both then go cold. Without the setting both probe; with it,
+    arithmetic (latest signal) runs its full group marked all_cold while lookup keeps probing, and as soon as
+    another kind is warm again the kept kind probes like any cold kind."""
+    for keep in (False, True):
+        cur = Curriculum(CurriculumPolicy(cold_kind_groups=2, probe_group_size=2, park_after=100,
+                                          all_cold_keeps_last=keep))
+        fold(cur, task("l0", kind="lookup"), True)
+        fold(cur, task("a0"), True)
+        for i in (1, 2):
+            fold(cur, task(f"l{i}", kind="lookup"), False)
+            fold(cur, task(f"a{i}"), False)
+        assert cur.cold(task("l9", kind="lookup")) == "lookup"
+        lookup, arithmetic = cur.sized(task("l9", kind="lookup")), cur.sized(task("a9"))
+        assert lookup.group_size == 2 and lookup.metadata["probe"] == "lookup"
+        if keep:
+            assert cur.kept() == "arithmetic" and cur.cold(task("a9")) is None
+            assert arithmetic.group_size == 4 and arithmetic.metadata["all_cold"] == "arithmetic"
+            assert "probe" not in arithmetic.metadata
+        else:
+            assert cur.kept() is None and cur.cold(task("a9")) == "arithmetic"
+            assert arithmetic.group_size == 2 and "all_cold" not in arithmetic.metadata
+        fold(cur, task("h0", kind="history"), False)  # a kind with too short a history counts as warm
+        assert cur.kept() is None and cur.sized(task("a8")).group_size == 2
+
+
+def test_a_kind_that_never_had_signal_is_never_kept() -> None:
+    cur = Curriculum(CurriculumPolicy(cold_kind_groups=1, probe_group_size=2, all_cold_keeps_last=True))
+    fold(cur, task("l0", kind="lookup"), False)
+    fold(cur, task("a0"), False)
+    assert cur.kept() is None and cur.sized(task("a1")).group_size == 2
+    fold(cur, task("l1", kind="lookup"), True)  # lookup warm: nothing is kept, arithmetic probes
+    assert cur.kept() is None and cur.sized(task("a2")).metadata["probe"] == "arithmetic"
+    fold(cur, task("l2", kind="lookup"), False)  # all cold again: lookup had the latest signal
+    assert cur.kept() == "lookup" and cur.sized(task("l3", kind="lookup")).group_size == 4
+
+
 def test_an_absent_or_unreadable_attempt_is_the_first() -> None:
     """The fan-out's group id and the rollout's sampling seed both read the attempt through ``ids.attempt_of``."""
     assert ids.attempt_of({}) == 0
