@@ -1,8 +1,7 @@
 """Chaos campaign of RELIABILITY.md: ``streamgrpo run`` of the tiny planner on the embedded broker while a
 random service child (streams, judge, rollout worker, trainer) is SIGKILLed or SIGTERMed every few seconds,
 and, with ``--broker-restarts N``, the broker killed N times and brought back with its log and committed offsets
-as a durable broker would restart (tests/support/broker_restart.py; today this hangs the streams worker:
-RELIABILITY.md, "What is not covered"), then an audit of the topics (rules in
+as a durable broker would restart (tests/support/broker_restart.py), then an audit of the topics (rules in
 tests/support/chaos.py). Prints one JSON object per run (kills by service and signal, each SIGTERM's time to exit
 and the ``hung`` ones, restarts, the broker restarts, the audit; ``lost`` and ``hung`` are the figures that must
 be 0 / empty).

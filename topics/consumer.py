@@ -54,7 +54,7 @@ from streamgrpo.topics.dead_letter import dead_letter as build_dead_letter
 from streamgrpo.topics.dedup import RecentIds
 from streamgrpo.topics.producer import EventProducer
 from streamgrpo.topics.received import Received, received
-from streamgrpo.topics.reconnect import StopSignal, start_when_reachable
+from streamgrpo.topics.reconnect import StopSignal, start_when_reachable, stop_client
 
 __all__ = ["EventConsumer", "Received"]
 log = logging.getLogger(__name__)
@@ -140,13 +140,13 @@ class EventConsumer:
         try:
             await self._consumer.start()
         except KafkaConnectionError:
-            await self._consumer.stop()
+            await stop_client(self._consumer)
             self._consumer = AIOKafkaConsumer(**self._kwargs)  # a failed start leaves a client that cannot restart
             raise
 
     async def stop(self) -> None:
         try:
-            await self._consumer.stop()
+            await stop_client(self._consumer)
         finally:
             if self._owns_dlq and self._dlq is not None:
                 await asyncio.to_thread(self._dlq.flush)

@@ -43,7 +43,7 @@ from streamgrpo.errors import StreamGRPOError
 from streamgrpo.topics.clients import aiokafka_config, logical_name, topic_name
 from streamgrpo.topics.errors import TopicsError
 from streamgrpo.topics.received import Received, received
-from streamgrpo.topics.reconnect import StopSignal, start_when_reachable
+from streamgrpo.topics.reconnect import StopSignal, start_when_reachable, stop_client
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -152,7 +152,7 @@ class LogFollower:
                     raise TopicsError(f"no progress reading {self.topics} for {self.idle_timeout_s:g}s (broker down?)")
                 pending = await self._still_pending(consumer, pending)
         finally:
-            await consumer.stop()
+            await stop_client(consumer)
 
     def _client(self) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(**aiokafka_config(self.kafka), group_id=None, enable_auto_commit=False,
@@ -167,7 +167,7 @@ class LogFollower:
             try:
                 await client[0].start()
             except KafkaConnectionError:
-                await client[0].stop()
+                await stop_client(client[0])
                 client[0] = self._client()  # a failed start leaves a client that cannot restart
                 raise
 
@@ -178,10 +178,10 @@ class LogFollower:
                 await client[0].start()
                 started = True
         except KafkaError as exc:
-            await client[0].stop()
+            await stop_client(client[0])
             raise TopicsError(f"cannot reach Kafka at {self.kafka.bootstrap} to read {self.topics}: {exc}") from exc
         if not started:
-            await client[0].stop()
+            await stop_client(client[0])
             return None
         return client[0]
 
@@ -357,7 +357,7 @@ def log_bounds(kafka: KafkaSettings, physical_topics: Sequence[str]) -> dict[tup
         except KafkaError as exc:
             raise TopicsError(f"cannot read offsets from Kafka at {kafka.bootstrap}: {exc}") from exc
         finally:
-            await consumer.stop()
+            await stop_client(consumer)
 
     return run_sync(bounds())
 

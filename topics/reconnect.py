@@ -14,6 +14,7 @@ readers that must answer now (``read_topic``, ``tail`` without ``--follow``) do 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -25,6 +26,13 @@ from streamgrpo.topics.dead_letter import Backoff
 START_BACKOFF = Backoff(first_s=1.0, max_s=30.0)
 #: How often a wait looks at the stop signal.
 STOP_CHECK_S = 0.2
+
+
+log = logging.getLogger(__name__)
+
+
+class _Stoppable(Protocol):
+    async def stop(self) -> None: ...
 
 
 class StopSignal(Protocol):
@@ -55,3 +63,18 @@ async def start_when_reachable(attempt: Callable[[], Awaitable[None]], *, stop: 
             if alive is not None:
                 alive()
             await asyncio.sleep(min(STOP_CHECK_S, left))
+
+
+async def stop_client(client: _Stoppable) -> None:
+    """``client.stop()`` of an aiokafka client, without the CancelledError aiokafka 0.14 raises when its broker is
+    gone: the consumer's fetcher cancels its pending fetches on close and awaits each, and a fetch sleeping in its
+    retry backoff after a failed request (``_proc_fetch_request``) does not catch its cancellation, so ``stop()``
+    raises CancelledError although nobody cancelled the caller (a service stopped during a broker outage died
+    with a traceback). A cancellation of the caller itself still propagates."""
+    try:
+        await client.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.debug("an aiokafka client stopped with its broker gone (a pending fetch was cancelled)")
