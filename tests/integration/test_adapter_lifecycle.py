@@ -38,7 +38,10 @@ pytestmark = pytest.mark.broker
 
 SUCCESS = {0: 0.2, 1: 0.9, 2: 0.0, 3: 0.9}
 MAX_GROUPS = 16
-SETTINGS = {"canary_share": 0.5, "ab_min_groups": 4, "ab_mde": 0.3, "ab_alpha": 0.05, "ab_max_groups": MAX_GROUPS,
+# The curriculum is off: it requeues a phase's tasks with signal ahead of the next phase's, so phase A's groups ran on
+# into phase B on the primary and counted in its control arm (control 14-18 groups against 10-12 without it, and
+# 28 and 34 in two failed runs).
+SETTINGS = {"curriculum": False, "canary_share": 0.5, "ab_min_groups": 4, "ab_mde": 0.3, "ab_alpha": 0.05, "ab_max_groups": MAX_GROUPS,
             "ab_max_duration_s": 100_000, "max_staleness": 100_000, "max_groups_in_flight": 4, "tick_interval_s": 0.3,
             "registry_interval_s": 1.0, "group_timeout_s": 300}
 
