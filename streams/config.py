@@ -85,8 +85,8 @@ class StreamsSettings(StrictModel):
                                              "group; metadata probe = the kind).")
     curriculum_all_cold_keeps_last: bool = Field(False, description="When every task kind is cold, the kind whose "
                                                  "group last had signal runs full groups (metadata all_cold = the "
-                                                 "kind) instead of probes: a probe saves rollouts only for warm kinds. Off: measured on two "
-                                                 "seeds, no gain (docs/learning.md).")
+                                                 "kind) instead of probes: a probe saves rollouts only for warm "
+                                                 "kinds. Off: measured on two seeds, no gain (docs/learning.md).")
     # -- advantage window --------------------------------------------------------------------------
     estimator: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo or rloo.")
     group_timeout_s: float = Field(
