@@ -176,9 +176,16 @@ def restored(service: Service, broker: EmbeddedBroker, kafka: KafkaSettings, *,
 
 
 def resumed_then_stopped(service: Service, kafka: KafkaSettings, mark: int) -> None:
-    """Since log line ``mark`` the service said its broker is reachable again, and SIGTERM stops it with exit 0."""
-    lines = service.lines()[mark:]
-    assert any(f"Kafka broker {kafka.bootstrap} reachable again" in line for line in lines), lines
+    """Since log line ``mark`` the service said its broker is reachable again, and SIGTERM stops it with exit 0.
+
+    The line comes from the reachability probe, which asks the broker every 5 s: a service can resume its work
+    (and the caller see it) up to one probe period before the line is written, so it is waited for (30 s)."""
+    text = f"Kafka broker {kafka.bootstrap} reachable again"
+    deadline = time.monotonic() + 30
+    while not any(text in line for line in service.lines()[mark:]):
+        assert time.monotonic() < deadline, service.lines()[mark:]
+        assert service.alive(), f"{service.name} exited:\n{service.tail()}"
+        time.sleep(0.2)
     rc = service.stop()
     assert rc == 0, (rc, service.tail())
 
