@@ -172,7 +172,7 @@ def render(runs: list[Any], fmt: str) -> str:
 def evaluator_command(ctx: click.Context, bootstrap: str | None) -> None:
     """Evaluate newly published adapter versions on a fixed held-out sample and publish the results
     (EvaluationCompleted on `evaluations`): the base model at start, then the newest version (at most once per
-    interval_s when set). `streamgrpo run` starts it. Settings: [evaluator] (tasks, limit, every, interval_s,
+    interval_s when set). `streamgrpo run` starts it. Settings: [evaluator] (tasks, limit, sample, every, interval_s,
     include_base, batch_size, nice, poll_s, metrics_port), and the agent's [rollout] / [loop]."""
     import signal
     import threading

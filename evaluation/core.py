@@ -156,3 +156,33 @@ def task_set_hash(questions_and_truths: Sequence[tuple[str, Sequence[str]]]) -> 
     for question, truths in questions_and_truths:
         digest.update(question.encode("utf-8") + b"\x1f" + "\x1e".join(truths).encode("utf-8") + b"\x1d")
     return digest.hexdigest()[:16]
+
+
+def proportional_sample(kinds: Sequence[str], n: int) -> list[int]:
+    """Indices (ascending) of ``n`` of the tasks whose kinds are ``kinds``, each kind in proportion to its share of
+    the set: largest remainders (ties to the kind seen first), spread evenly over each kind's tasks in the set's
+    order. Every kind present keeps at least one task when ``n`` allows it. All of them when ``n >= len(kinds)``.
+
+    The evaluator's in-loop sample: its accuracy estimates the same quantity as an evaluation of the whole set,
+    where "the first n" of a set interleaved kind by kind over-weights the small kinds."""
+    if n >= len(kinds):
+        return list(range(len(kinds)))
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    for index, kind in enumerate(kinds):
+        by_kind[kind].append(index)
+    order = list(by_kind)  # first appearance
+    quota = {k: n * len(by_kind[k]) // len(kinds) for k in order}
+    if n >= len(order):  # a kind too small for its share still gets one task
+        for k in order:
+            quota[k] = max(quota[k], 1)
+    while sum(quota.values()) > n:  # the floors of one-task kinds overshot: take from the largest quota
+        largest = max(order, key=lambda k: (quota[k], -order.index(k)))
+        quota[largest] -= 1
+    remainders = sorted(order, key=lambda k: (-(n * len(by_kind[k]) % len(kinds)), order.index(k)))
+    for k in remainders[: n - sum(quota.values())]:
+        quota[k] += 1
+    chosen: list[int] = []
+    for k in order:
+        members = by_kind[k]
+        chosen += [members[i * len(members) // quota[k]] for i in range(quota[k])]
+    return sorted(chosen)

@@ -6,10 +6,11 @@ away later is ridden out). It evaluates the base model once at start, then at mo
 ``interval_s`` seconds: the NEWEST version published and not yet evaluated (of every ``every``-th one), so the
 curve stays current instead of falling behind. It loads the announced files -- only from the adapter store
 (``[loop] adapter_store``) and only if their sha256 matches the event; any other version is logged as skipped with
-the reason and never evaluated --, evaluates the agent as served on a FIXED held-out sample (the first ``limit``
-tasks of ``tasks``, greedy), and publishes an ``EvaluationCompleted`` (trigger ``run-evaluator``). Versions already
-evaluated on the same task set by an evaluator (read back from ``evaluations``: at start, and as they come) are
-not evaluated again, so a restarted evaluator resumes.
+the reason and never evaluated --, evaluates the agent as served on a FIXED held-out sample (``limit`` tasks of
+``tasks``, each kind in proportion to its share of the set; ``sample = "first"``: the first ``limit``), greedy,
+and publishes an ``EvaluationCompleted`` (trigger ``run-evaluator``). Versions already evaluated on the same task
+set by an evaluator (read back from ``evaluations``: at start, and as they come) are not evaluated again, so a
+restarted evaluator resumes.
 
 Cost on a small machine: the evaluator runs at a lower CPU priority (``nice``) than the rollout
 workers and the trainer, on a small sample; on 2 cores it is busy the whole run and costs the loop up to a quarter
@@ -26,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -48,7 +49,13 @@ class EvaluatorSettings(StrictModel):
     enabled: bool = Field(True, description="Run the evaluator as part of `streamgrpo run`.")
     tasks: str = Field("builtin:heldout", description="Held-out task set (a file or a built-in split). Never train "
                        "on it: `run` submits builtin:train.")
-    limit: int = Field(32, ge=1, le=100_000, description="Tasks of the fixed held-out sample (the first N).")
+    limit: int = Field(32, ge=1, le=100_000, description="Tasks of the fixed held-out sample.")
+    sample: Literal["proportional", "first"] = Field(
+        "proportional", description="Which `limit` tasks: `proportional` (the default) takes each task kind "
+        "(metadata `kind`) in proportion to its share of the set, spread over its tasks, so the in-loop accuracy "
+        "estimates the whole set's (builtin:heldout: 14 arithmetic, 8 lookup, 7 two-step, 3 history); `first` "
+        "takes the first `limit` (builtin:heldout interleaves kinds: 8 of each, so the one kind that learns, "
+        "arithmetic, is a quarter of it and the curve moves less; docs/learning.md).")
     every: int = Field(1, ge=1, le=1000, description="Evaluate every N-th published version (the newest pending "
                        "one is taken when versions come faster than evaluations).")
     interval_s: float = Field(0.0, ge=0, le=86_400, description="Start an evaluation at most once per this many "
@@ -72,7 +79,14 @@ class Evaluator:
     def __init__(self, settings: EvaluatorSettings, session: Any, rows: Sequence[Any]) -> None:
         self.settings = settings
         self.session = session
-        self.rows = list(rows)[: settings.limit]
+        from streamgrpo.evaluation.core import proportional_sample
+
+        rows = list(rows)
+        if settings.sample == "first":
+            self.rows = rows[: settings.limit]
+        else:
+            kinds = [str((getattr(r, "metadata", None) or {}).get("kind", "")) for r in rows]
+            self.rows = [rows[i] for i in proportional_sample(kinds, settings.limit)]
         self.spec = session.spec(settings.tasks, batch_size=settings.batch_size)
         from streamgrpo.evaluation.core import task_set_hash
 

@@ -84,3 +84,28 @@ def test_nothing_evaluated_is_an_error() -> None:
     with pytest.raises(ValueError):
         summarise([])
     assert not math.isnan(mean_interval([1.0])[0])
+
+
+def test_the_proportional_sample_keeps_each_kinds_share_and_spreads_over_its_tasks() -> None:
+    from streamgrpo.evaluation.core import proportional_sample
+
+    # builtin:heldout's shape: 40 / 22 / 22 / 10, interleaved kind by kind
+    kinds = (["arithmetic", "lookup", "two_step", "history"] * 10 + ["arithmetic", "lookup", "two_step"] * 12
+             + ["arithmetic"] * 18)
+    chosen = proportional_sample(kinds, 32)
+    assert chosen == sorted(set(chosen)) and len(chosen) == 32
+    counts = {k: sum(kinds[i] == k for i in chosen) for k in ("arithmetic", "lookup", "two_step", "history")}
+    assert counts == {"arithmetic": 14, "lookup": 8, "two_step": 7, "history": 3}, counts
+    arithmetic = [i for i, k in enumerate(kinds) if k == "arithmetic"]
+    assert [i for i in chosen if kinds[i] == "arithmetic"][-1] >= arithmetic[len(arithmetic) * 13 // 14], \
+        "spread over the kind's tasks, not its first 14"
+    assert proportional_sample(kinds, 500) == list(range(len(kinds)))
+
+
+def test_a_small_kind_keeps_one_task_and_the_sample_never_exceeds_its_size() -> None:
+    from streamgrpo.evaluation.core import proportional_sample
+
+    assert proportional_sample(["a"] * 10 + ["b"], 3) == [0, 5, 10]
+    assert proportional_sample(["a"] * 30 + ["b", "c", "d"], 4) == [0, 30, 31, 32]
+    assert proportional_sample(["a", "b", "c"], 2) == [0, 1], "fewer slots than kinds: the kinds seen first"
+    assert proportional_sample([""] * 5, 2) == [0, 2], "tasks without a kind are one kind"

@@ -79,3 +79,16 @@ def test_a_version_that_does_not_verify_does_not_use_up_the_interval(tmp_path: o
         ev.evaluate(7, forged)
     assert ev.last_started is None
     assert ev.pending({**forged, 8: _published("planner", 8)}, now=1.0) == 8
+
+
+def test_the_in_loop_sample_takes_each_kind_in_proportion_unless_told_to_take_the_first() -> None:
+    class Row:
+        def __init__(self, kind: str, n: int) -> None:
+            self.question, self.ground_truths, self.metadata = f"q{n}", ["1"], {"kind": kind}
+
+    rows = [Row("a" if n % 2 == 0 else "b", n) for n in range(8)] + [Row("a", n) for n in range(8, 20)]  # 16 a, 4 b
+    proportional = Evaluator(EvaluatorSettings(metrics_port=0, limit=5), _Session(), rows)
+    assert [r.metadata["kind"] for r in proportional.rows].count("a") == 4
+    first = Evaluator(EvaluatorSettings(metrics_port=0, limit=5, sample="first"), _Session(), rows)
+    assert [r.question for r in first.rows] == ["q0", "q1", "q2", "q3", "q4"]
+    assert proportional.task_hash != first.task_hash, "a restarted evaluator does not mistake one sample for the other"
