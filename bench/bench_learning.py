@@ -121,9 +121,11 @@ def summarise(report: Path) -> dict[str, object]:
     }
 
 
-def plot_runs(reports: list[Path], path: Path) -> None:
+def plot_runs(reports: list[Path], path: Path, changed: str = "", tasks: str | None = None) -> None:
     """Held-out accuracy of every run over wall time: the in-loop evaluator's sample per version (lines) and the
-    end-of-run evaluation of the base model and the last adapter on the full split (squares), one colour a run."""
+    end-of-run evaluation of the base model and the last adapter on the full split (squares), one colour a run.
+    ``changed``: the settings the runs changed (``--set``, as "SECTION.FIELD = VALUE, ..."), named in the title;
+    ``tasks``: the ``--tasks`` they trained on (None: `run`'s default)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,7 +150,11 @@ def plot_runs(reports: list[Path], path: Path) -> None:
     ax.set_xlabel("minutes since the run started (squares: full held-out split, base at 0, last adapter at the end)")
     ax.set_ylabel("held-out accuracy (correctness only, greedy)")
     ax.set_ylim(-0.02, 0.5)
-    ax.set_title(f"Held-out accuracy, {len(reports)} runs of `streamgrpo run` with the defaults (95% CI)")
+    what = f"with {changed}" if changed else "with the defaults"
+    if tasks:
+        what += f", tasks {tasks}"
+    ax.set_title(f"Held-out accuracy, {len(reports)} runs of `streamgrpo run` {what} (95% CI)",
+                 fontsize=9 if changed or tasks else 12, wrap=True)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -160,7 +166,8 @@ def main(duration_s: int = 1800, runs: int = 1, plot: Path | None = None, seeds:
     seeds = list(range(runs)) if seeds is None else seeds
     results = [one_run(duration_s, i, settings, tasks) for i in seeds]
     if plot is not None:
-        plot_runs([Path(str(r["report"])) for r in results], plot)
+        plot_runs([Path(str(r["report"])) for r in results], plot,
+                  ", ".join(f"{k} = {v}" for k, v in settings.items()) if settings else "", tasks)
     return aggregate(results, duration_s, settings, tasks)
 
 
@@ -218,7 +225,9 @@ def cli() -> None:
     elif a.plot_reports:
         if len(a.plot_reports) < 2:
             ap.error("--plot-reports needs OUT.png and at least one REPORT_DIR")
-        plot_runs(a.plot_reports[1:], a.plot_reports[0])
+        plot_runs(a.plot_reports[1:], a.plot_reports[0], ", ".join(f"{k} = {v}" for k, v in
+                                                                    (kv.partition("=")[::2] for kv in a.settings)),
+                  a.tasks)
     else:
         settings = {}
         for item in a.settings:
