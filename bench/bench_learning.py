@@ -121,6 +121,11 @@ def summarise(report: Path) -> dict[str, object]:
     }
 
 
+def changed(settings: dict[str, str] | None) -> str:
+    """The ``--set`` settings as "SECTION.FIELD = VALUE, ..." ("" when none)."""
+    return ", ".join(f"{k} = {v}" for k, v in (settings or {}).items())
+
+
 def plot_runs(reports: list[Path], path: Path, changed: str = "", tasks: str | None = None) -> None:
     """Held-out accuracy of every run over wall time: the in-loop evaluator's sample per version (lines) and the
     end-of-run evaluation of the base model and the last adapter on the full split (squares), one colour a run.
@@ -166,8 +171,7 @@ def main(duration_s: int = 1800, runs: int = 1, plot: Path | None = None, seeds:
     seeds = list(range(runs)) if seeds is None else seeds
     results = [one_run(duration_s, i, settings, tasks) for i in seeds]
     if plot is not None:
-        plot_runs([Path(str(r["report"])) for r in results], plot,
-                  ", ".join(f"{k} = {v}" for k, v in settings.items()) if settings else "", tasks)
+        plot_runs([Path(str(r["report"])) for r in results], plot, changed(settings), tasks)
     return aggregate(results, duration_s, settings, tasks)
 
 
@@ -178,7 +182,7 @@ def aggregate(results: list[dict[str, object]], duration_s: int, settings: dict[
     gains = [r["heldout_gain"] for r in results if r["heldout_gain"] is not None]
     return {
         "bench": "learning", "duration_s": duration_s, "runs": len(results), "seeds": [r["seed"] for r in results],
-        "settings": ", ".join(f"{k} = {v}" for k, v in settings.items()) if settings else "every setting at its default",
+        "settings": changed(settings) or "every setting at its default",
         "tasks": task_set(tasks),
         "mean_heldout_base": round(mean(r["heldout_base"]["accuracy"] for r in results if r["heldout_base"]), 3)
         if any(r["heldout_base"] for r in results) else None,
@@ -225,8 +229,7 @@ def cli() -> None:
     elif a.plot_reports:
         if len(a.plot_reports) < 2:
             ap.error("--plot-reports needs OUT.png and at least one REPORT_DIR")
-        plot_runs(a.plot_reports[1:], a.plot_reports[0], ", ".join(f"{k} = {v}" for k, v in
-                                                                    (kv.partition("=")[::2] for kv in a.settings)),
+        plot_runs(a.plot_reports[1:], a.plot_reports[0], changed(dict(kv.partition("=")[::2] for kv in a.settings)),
                   a.tasks)
     else:
         settings = {}

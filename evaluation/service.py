@@ -77,19 +77,17 @@ class Evaluator:
     """State + one step of the evaluator loop (the session does the I/O)."""
 
     def __init__(self, settings: EvaluatorSettings, session: Any, rows: Sequence[Any]) -> None:
+        from streamgrpo.evaluation.core import proportional_sample, task_set_hash
+
         self.settings = settings
         self.session = session
-        from streamgrpo.evaluation.core import proportional_sample
-
         rows = list(rows)
         if settings.sample == "first":
             self.rows = rows[: settings.limit]
-        else:
-            kinds = [str((getattr(r, "metadata", None) or {}).get("kind", "")) for r in rows]
+        else:  # a task's kind as the evaluation reports it per kind (runner.py's Outcome)
+            kinds = [r.metadata.get("kind", "") for r in rows]
             self.rows = [rows[i] for i in proportional_sample(kinds, settings.limit)]
         self.spec = session.spec(settings.tasks, batch_size=settings.batch_size)
-        from streamgrpo.evaluation.core import task_set_hash
-
         self.task_hash = task_set_hash([(t.question, t.ground_truths) for t in self.rows])
         self.done: set[int] = set()
         self.last_started: float | None = None  # time.monotonic() of the last evaluation started

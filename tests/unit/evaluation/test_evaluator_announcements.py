@@ -43,7 +43,7 @@ class _Session:
 
 def _evaluator(**settings: object) -> Evaluator:
     class Row:
-        question, ground_truths = "What is 2 + 2?", ["4"]
+        question, ground_truths, metadata = "What is 2 + 2?", ["4"], {"kind": "arithmetic"}
 
     return Evaluator(EvaluatorSettings(metrics_port=0, **settings), _Session(), [Row()])
 
