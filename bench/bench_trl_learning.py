@@ -10,7 +10,7 @@ One command, four phases, each in its own process (one heavy thing at a time):
    streamgrpo's default settings (read from its config classes: group size, rollouts per
    optimizer step, learning rate, clip range, KL weight, grad-norm clip, LoRA rank/alpha/targets,
    temperature, per-action token budget and turn budget), rewarded by streamgrpo's judge for
-   source ``builtin`` (the hybrid judge), until the budget is spent; the budget clock starts
+   source ``builtin`` (``correct`` by default: correctness only), until the budget is spent; the budget clock starts
    before the model loads. ``--mode tools`` (default) uses TRL's tool calling (multi-turn, the
    real tools: see ``trl_agent.py`` for what TRL can and cannot express); ``--mode single`` is
    one planner turn, no tools. Its adapter is saved.
@@ -33,6 +33,7 @@ Not covered: several seeds (one run per side), GPUs, Kafka costs in isolation.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -199,6 +200,14 @@ def evaluations(trl_dir: str, sg_dir: str | None, sg_version: int, work: Path, t
     return {"base": first[0], "trl": first[1], "streamgrpo": second[1], "commands": 2}
 
 
+def _judge() -> str:
+    """The judge streamgrpo routes built-in tasks to (what both sides are rewarded by)."""
+    from streamgrpo.judge.config import JudgeSettings
+
+    settings = JudgeSettings()
+    return settings.routes.get("builtin", settings.default_judge)
+
+
 # -- phase 4: the result --------------------------------------------------------------------------
 
 def _acc(row: dict[str, Any] | None) -> str:
@@ -237,14 +246,14 @@ EXPRESSED = {
              "python, knowledge_search, run through its executor), streamgrpo's first-turn planner prompt and planner "
              "JSON (own chat template + response template: SmolLM2's template has no tool support and TRL has no "
              "parser for it), tool results appended as 'Result: ...' turns and masked from the loss, one advantage per "
-             "trajectory, reward = streamgrpo's hybrid judge on the final answer. Not expressible in TRL: the "
+             "trajectory, reward = streamgrpo's {judge} judge on the final answer. Not expressible in TRL: the "
              "re-rendered state prompt (streamgrpo shows the last 3 steps in one user message), continuing after an "
              "unparseable reply (TRL ends the trajectory), a tool call in the last turn (not run), a per-turn token "
              "budget separate from tool-result tokens (one max_completion_length for all turns and results), "
              "stopping at the end of the JSON object, and grammar-constrained replies (streamgrpo's default "
              "`[rollout] constrain = auto`; TRL samples freely, so its replies can fail to parse).",
     "single": "TRL side: single turn (mode single): streamgrpo's first-turn planner prompt, one reply, no tool is "
-              "run; reward = streamgrpo's hybrid judge on that reply's answer.",
+              "run; reward = streamgrpo's {judge} judge on that reply's answer.",
 }
 
 
@@ -255,6 +264,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--tasks", default="builtin:heldout", help="Held-out task set of the evaluation.")
     p.add_argument("--workdir", type=Path, default=None, help="Keep adapters, run and evaluations here.")
     a = p.parse_args(argv)
+    missing = [m for m in ("trl", "datasets") if importlib.util.find_spec(m) is None]
+    if missing:
+        p.error(f"{' and '.join(missing)} not installed: run `pip install -e '.[bench]'` (the bench extra) first")
     t0 = time.monotonic()
     work = a.workdir or Path(tempfile.mkdtemp(prefix="bench-trl-learning-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -273,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return {
         "bench": "trl_learning", "budget_s": a.budget_s, "trl_mode": a.mode, "seconds": round(time.monotonic() - t0),
         "heldout_base": ev["base"], "trl": trl, "streamgrpo": sg, "eval_commands": ev["commands"],
-        "workdir": str(work), "table": table(a.budget_s, trl, sg, ev), "notes": EXPRESSED[a.mode],
+        "workdir": str(work), "table": table(a.budget_s, trl, sg, ev), "notes": EXPRESSED[a.mode].format(judge=_judge()),
     }
 
 

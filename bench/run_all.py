@@ -102,8 +102,8 @@ BENCHES: dict[str, Bench] = {
                  long=True, hide=("trl", "streamgrpo"),
                  rows=("s_per_step", "generated_tokens_per_s", "trainer_tokens_per_s", "peak_rss_mb", "reward_last2")),
     "trl_learning": Bench(("bench_trl_learning.py", "--budget-s", "1800"),
-                          "Held-out accuracy after 30 minutes: TRL GRPOTrainer vs `streamgrpo run` (measured on the "
-                          "old agent structure and reward, base 0.085: not main's; table in its page)",
+                          "Held-out accuracy after 30 minutes: TRL GRPOTrainer vs `streamgrpo run` (same tasks, "
+                          "reward and planner prompt and tools; table in its page)",
                           "TRL GRPOTrainer; the base model", long=True,
                           hide=("trl", "streamgrpo", "heldout_base", "workdir", "eval_commands"), rows=()),
     "learning": Bench(("bench_learning.py", "1800", "--runs", "3", "--plot", "docs/learning_heldout_3seeds.png"),
