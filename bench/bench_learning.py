@@ -216,6 +216,12 @@ def cli() -> None:
     ap.add_argument("--plot-reports", nargs="+", type=Path, metavar=("OUT.png", "REPORT_DIR"),
                     help="only plot existing runs: OUT.png REPORT_DIR...")
     a = ap.parse_args()
+    settings = {}
+    for item in a.settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--set {item}: write SECTION.FIELD=VALUE")
+        settings[key] = value
     if a.summarise:
         print(json.dumps(summarise(a.summarise)))
     elif a.aggregate:
@@ -225,19 +231,12 @@ def cli() -> None:
             if not sep or not seed.isdigit():
                 ap.error(f"--aggregate {item}: write SEED=REPORT_DIR")
             runs.append({"seed": int(seed), **summarise(Path(report))})
-        print(json.dumps(aggregate(runs, a.duration_s, dict(kv.partition("=")[::2] for kv in a.settings), a.tasks)))
+        print(json.dumps(aggregate(runs, a.duration_s, settings, a.tasks)))
     elif a.plot_reports:
         if len(a.plot_reports) < 2:
             ap.error("--plot-reports needs OUT.png and at least one REPORT_DIR")
-        plot_runs(a.plot_reports[1:], a.plot_reports[0], changed(dict(kv.partition("=")[::2] for kv in a.settings)),
-                  a.tasks)
+        plot_runs(a.plot_reports[1:], a.plot_reports[0], changed(settings), a.tasks)
     else:
-        settings = {}
-        for item in a.settings:
-            key, sep, value = item.partition("=")
-            if not sep:
-                ap.error(f"--set {item}: write SECTION.FIELD=VALUE")
-            settings[key] = value
         try:
             setting_env(settings)
         except ValueError as exc:

@@ -203,9 +203,9 @@ def evaluations(trl_dir: str, sg_dir: str | None, sg_version: int, work: Path, t
 def _judge() -> str:
     """The judge streamgrpo routes built-in tasks to (what both sides are rewarded by)."""
     from streamgrpo.judge.config import JudgeSettings
+    from streamgrpo.judge.service import Router
 
-    settings = JudgeSettings()
-    return settings.routes.get("builtin", settings.default_judge)
+    return Router(JudgeSettings()).judge_name("builtin")
 
 
 # -- phase 4: the result --------------------------------------------------------------------------

@@ -68,3 +68,15 @@ def test_an_unknown_task_set_is_refused_before_any_run():
     bench.check_tasks("builtin:train-wide")
     with pytest.raises(DatasetError, match="builtin:train-wide"):
         bench.check_tasks("builtin:train_wide")
+
+
+@pytest.mark.parametrize("mode", [[], ["--aggregate", "0=report"], ["--plot-reports", "out.png", "report"]])
+def test_a_set_without_a_value_is_refused_in_every_mode(mode, monkeypatch, capsys):
+    """`--set` is parsed once for the run, `--aggregate` and `--plot-reports`: a malformed one stops each before
+    any work, with the form to write."""
+    bench = _bench()
+    monkeypatch.setattr(sys, "argv", ["bench_learning.py", "--set", "trainer.lr", *mode])
+    with pytest.raises(SystemExit) as exit_info:
+        bench.cli()
+    assert exit_info.value.code == 2
+    assert "--set trainer.lr: write SECTION.FIELD=VALUE" in capsys.readouterr().err
