@@ -19,7 +19,9 @@ Writer guarantees (:class:`ArchiveWriter`):
 
 Reader (:func:`read_events`): the events of a topic in ``(partition, offset)`` order, as
 ``(event, Place)`` pairs rebuilt from the rows (what ``replay restore`` and ``replay train --archive``
-consume), de-duplicated by event id.
+consume), de-duplicated by event id. A row that does not decode (an enum value this contract does not know,
+say) is an :class:`ArchiveError` naming its file, or with ``skip_bad`` a warning naming it and the row skipped;
+:func:`require_parts` says so when a directory holds no archive part at all.
 
 Retention: Kafka keeps the recent log (topics expire after their catalog retention, and the embedded
 broker keeps nothing across a restart); the archive keeps everything and is never pruned by streamgrpo.
@@ -46,6 +48,7 @@ import pyarrow.parquet as pq
 from streamgrpo.archive.errors import ArchiveError
 from streamgrpo.archive.schema import Place, arrow_schema, from_row, short_name, to_row
 from streamgrpo.avro import records as R
+from streamgrpo.log import printable
 from streamgrpo.topics.catalog import CATALOG, spec
 from streamgrpo.topics.received import Received
 
@@ -193,9 +196,27 @@ def topics_in(root: Path) -> list[str]:
     return [t for t in CATALOG if parts(Path(root) / t)]
 
 
-def read_events(root: Path, topic: str, *, batch_rows: int = 2048) -> Iterator[tuple[R.Event, Place]]:
-    """Every archived event of ``topic`` in (partition, offset) order, first copy of each event id only."""
-    streams = [_read_type(Path(root), topic, name, batch_rows) for name in spec(topic).event_types]
+def require_parts(root: Path, what: str) -> list[str]:
+    """The catalog topics archived under ``root``; an :class:`ArchiveError` that says so when ``root`` holds no
+    archive part at all (an ``archive_dir`` of ``/``, ``/etc`` or an empty directory), so that a reader never
+    shows an empty history as if the run had done nothing. ``what`` names the reader (``run X``)."""
+    found = topics_in(root)
+    if not found:
+        raise ArchiveError(f"{what}: no archive parts found under {root} (none of the catalog topics has a "
+                           "<topic>/<EventType>/date=*/part-*.parquet there): check that this is the run's "
+                           "[streams] archive_dir")
+    return found
+
+
+def read_events(root: Path, topic: str, *, batch_rows: int = 2048,
+                skip_bad: bool = False) -> Iterator[tuple[R.Event, Place]]:
+    """Every archived event of ``topic`` in (partition, offset) order, first copy of each event id only.
+
+    A row that does not turn back into its event (an enum value the contract does not know, a field of another
+    shape: a file written by another contract or altered) raises an :class:`ArchiveError` naming its file, or
+    with ``skip_bad`` (readers that only show the archive: ``status``, ``tail``) is skipped with a warning that
+    names it."""
+    streams = [_read_type(Path(root), topic, name, batch_rows, skip_bad) for name in spec(topic).event_types]
     seen: set[str] = set()
     for _, event, place in heapq.merge(*streams, key=lambda item: item[0]):
         if event.event_id not in seen:
@@ -203,7 +224,8 @@ def read_events(root: Path, topic: str, *, batch_rows: int = 2048) -> Iterator[t
             yield event, place
 
 
-def _read_type(root: Path, topic: str, name: str, batch_rows: int) -> Iterator[tuple[tuple[int, int], R.Event, Place]]:
+def _read_type(root: Path, topic: str, name: str, batch_rows: int,
+               skip_bad: bool = False) -> Iterator[tuple[tuple[int, int], R.Event, Place]]:
     import duckdb
 
     directory = type_dir(root, topic, name)
@@ -213,14 +235,32 @@ def _read_type(root: Path, topic: str, name: str, batch_rows: int) -> Iterator[t
     pattern = "'" + str(directory / "date=*" / "part-*.parquet").replace("'", "''") + "'"
     con = duckdb.connect()
     try:
-        rel = con.sql(f"SELECT * FROM read_parquet({pattern}, union_by_name=true, hive_partitioning=false) "
-                      "ORDER BY kafka_partition, kafka_offset")
+        rel = con.sql(f"SELECT * FROM read_parquet({pattern}, union_by_name=true, hive_partitioning=false, "
+                      "filename=true) ORDER BY kafka_partition, kafka_offset")
         reader = rel.to_arrow_reader(batch_rows) if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader(batch_rows)
         for batch in reader:
             for row in batch.to_pylist():
-                event, place = from_row(row, schema)
-                yield (place.partition, place.offset), event, place
+                decoded = _decode_row(row, schema, skip_bad)
+                if decoded is not None:
+                    yield (decoded[1].partition, decoded[1].offset), *decoded
     except duckdb.Error as exc:
         raise ArchiveError(f"cannot read the archived {short_name(name)} events of {topic} under {root}: {exc}") from exc
     finally:
         con.close()
+
+
+def _decode_row(row: dict[str, Any], schema: pa.Schema, skip_bad: bool) -> tuple[R.Event, Place] | None:
+    """The event and place of one archived row; a row that does not decode raises an ArchiveError naming its file
+    and place, or is logged and skipped (None) with ``skip_bad``."""
+    try:
+        return from_row(row, schema)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        where = printable(f"{row.get('filename')} (partition {row.get('kafka_partition')}, offset "
+                          f"{row.get('kafka_offset')})", keep_newlines=False)
+        why = printable(f"{type(exc).__name__}: {exc}", keep_newlines=False, limit=300)
+        message = (f"an archived {short_name(schema.metadata[b'avro_name'].decode())} row in {where} does not "
+                   f"decode ({why}): the file was written by another contract or altered")
+        if not skip_bad:
+            raise ArchiveError(f"{message}; move the file out of the archive to read the rest") from exc
+        log.warning("%s; skipped that row (move the file out of the archive to silence this)", message)
+        return None

@@ -5,9 +5,10 @@ What it shows, and where each figure comes from:
 - consumer lag per group, topic and partition: the committed offsets of every consumer group
   (confluent-kafka AdminClient) against the true end of each partition (:func:`end_offsets`, which
   also corrects the embedded Tansu's high-watermark quirk);
-- adapter versions published / primary / canary: the fold of ``adapter-events`` (the A/B
-  one registry fold, :mod:`streamgrpo.lifecycle.registry`, with ``[loop] canary_share``), and the statuses of
-  ``adapter-registry`` when it has records;
+- adapter versions published / primary / canary and the status of each announced version: ONE fold of
+  ``adapter-events`` (the registry fold, :mod:`streamgrpo.lifecycle.registry`, with ``[loop] canary_share``), so
+  the two lines never disagree (``adapter-registry``, which the streams worker writes after that fold, is not read:
+  it trails it, and a broker killed in between left a newer primary above an older PRIMARY);
 - versions served per worker: the newest ``rollouts`` record of each worker instance, plus the
   rollout endpoint's ``streamgrpo_adapter_version{role="served"}`` when it answers;
 - groups in flight: the streams endpoint's ``streamgrpo_groups_open`` when it is up, else groups
@@ -28,7 +29,9 @@ assembles the :class:`Report` and renders it.
 
 Which loop: the configured Kafka, else ``--run ID``, else the latest live ``streamgrpo run`` of the home
 (:func:`streamgrpo.runs.locate`; the run's own settings file gives the ports). A finished run is shown as
-history (:func:`history`): the same folds over its Parquet archive, without lags, groups in flight or services.
+history (:func:`history`): the same folds over its Parquet archive, without lags, groups in flight or services; an
+archive directory with no archive part in it (an ``archive_dir`` of ``/``) is an error that says so, and an archived
+row that does not decode is skipped with a warning naming its file.
 
 Works against the embedded broker and any Kafka (the same ``[kafka]`` settings as the services).
 Not covered: groups requested before ``--window`` that are still open (topic fallback only), and
@@ -214,21 +217,25 @@ def collect(kafka: KafkaSettings, targets: dict[str, str], *, canary_share: floa
 def history(run: RunRecord, canary_share: float) -> Report:
     """A finished run's status as history, from its Parquet archive: adapter versions and statuses, the last version
     each worker served, the stale share and A/B control arm, and the dead letters of the whole run (the same folds
-    as a live status; no lags, groups in flight or services: the loop is gone)."""
-    from streamgrpo.archive.store import read_events
+    as a live status; no lags, groups in flight or services: the loop is gone). An archive without any archive
+    part is an error that says so; a row that does not decode is skipped with a warning naming its file."""
+    from streamgrpo.archive.store import read_events, require_parts
     from streamgrpo.avro import records as R
     from streamgrpo.errors import ConfigError
 
     archive = Path(run.archive)
     if not archive.is_dir():
         raise ConfigError(f"run {run.run_id} has finished and left no event archive at {archive}: nothing to show")
+    require_parts(archive, f"run {run.run_id} has finished, nothing to show")
     report = Report(at=time.time(), bootstrap="", prefix=run.topic_prefix, run_id=run.run_id, archive=str(archive))
     whole = WholeRun(canary_share)
     for topic in WholeRun.TOPICS:
-        whole.fold(topic, (event for event, _ in read_events(archive, topic)))
-    report.versions, report.registry, report.loop = whole.versions(), dict(whole.registry), whole.loop()
-    report.served = newest_served(e for e, _ in read_events(archive, catalog.ROLLOUTS) if isinstance(e, R.RolloutCompleted))
-    dead = dead_letter_summary(e for e, _ in read_events(archive, DLQ_TOPIC) if isinstance(e, R.DeadLetter))
+        whole.fold(topic, (event for event, _ in read_events(archive, topic, skip_bad=True)))
+    report.versions, report.registry, report.loop = whole.versions(), whole.registry, whole.loop()
+    report.served = newest_served(e for e, _ in read_events(archive, catalog.ROLLOUTS, skip_bad=True)
+                                  if isinstance(e, R.RolloutCompleted))
+    dead = dead_letter_summary(e for e, _ in read_events(archive, DLQ_TOPIC, skip_bad=True)
+                               if isinstance(e, R.DeadLetter))
     report.dead_letters, report.dead_letter_reasons, report.last_dead_letter = dead.count, dead.reasons, dead.last
     return report
 
@@ -238,7 +245,7 @@ def _fill_from_topics(report: Report, view: TopicView, readings: dict[str, M.Rea
     reader = view.reader
     report.lags = consumer_lags(reader)
     view.run.update(reader)
-    report.versions, report.registry, report.loop = view.run.versions(), dict(view.run.registry), view.run.loop()
+    report.versions, report.registry, report.loop = view.run.versions(), view.run.registry, view.run.loop()
     report.partial = sorted(reader.partial)
     rollout = readings.get("rollout")
     served = [v for lbl, v in (rollout.series("streamgrpo_adapter_version") if rollout and rollout.up else [])

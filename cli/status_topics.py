@@ -1,9 +1,9 @@
 """What ``streamgrpo status`` reads from the topics: group-less reads of the catalog topics (:class:`Reader`,
-true partition ends included) and the folds over them: consumer lag per group, adapter versions (``adapter-events``
-and ``adapter-registry``), the versions served per worker (``rollouts``), groups in flight (``rollout-requests``
-against ``groups``), dead letters of the last hour, and the loop's stale share and A/B control arm (the run
-report's fold over ``adapter-events`` and ``groups``). The endpoints, the report and the screen are
-:mod:`streamgrpo.cli.status`'s.
+true partition ends included) and the folds over them: consumer lag per group, adapter versions and the status of
+each (one fold of ``adapter-events``, never the trailing ``adapter-registry``), the versions served per worker
+(``rollouts``), groups in flight (``rollout-requests`` against ``groups``), dead letters of the last hour, and the
+loop's stale share and A/B control arm (the run report's fold over ``adapter-events`` and ``groups``). The
+endpoints, the report and the screen are :mod:`streamgrpo.cli.status`'s.
 
 The whole-topic folds (:class:`WholeRun`) read each record once per ``status --watch``: every refresh reads only
 what arrived since the last. Not covered: a consistent snapshot (each figure is read on its own); a read stops
@@ -22,8 +22,7 @@ from typing import Any
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics import catalog
 
-ADAPTER_TOPIC, REGISTRY_TOPIC, SAMPLES_TOPIC, DLQ_TOPIC = catalog.ADAPTER_EVENTS, catalog.ADAPTER_REGISTRY, catalog.TRAINING_SAMPLES, \
-    catalog.DEAD_LETTERS
+ADAPTER_TOPIC, SAMPLES_TOPIC, DLQ_TOPIC = catalog.ADAPTER_EVENTS, catalog.TRAINING_SAMPLES, catalog.DEAD_LETTERS
 #: The consumer group of the reads: never commits, and is left out of the lags (k8s/kafka_acl.py STATUS_GROUP).
 GROUP = "streamgrpo-status"
 
@@ -212,21 +211,22 @@ LOOP_KEYS = ("samples_trained", "samples_dropped_stale", "stale_share", "control
 
 
 class WholeRun:
-    """The figures that fold whole topics: adapter versions published / primary / canary (``adapter-events``),
-    the statuses of ``adapter-registry``, and the loop's stale share and A/B control arm (every
+    """The figures that fold whole topics: adapter versions published / primary / canary and the status of every
+    announced version (``adapter-events``), and the loop's stale share and A/B control arm (every
     ``AdapterPublished`` and ``GroupClosed``). One fold, the run report's
     (:class:`~streamgrpo.cli.progress.Progress`, whose registry fold is :mod:`streamgrpo.lifecycle.registry`'s),
-    never a second computation; fed by :meth:`Reader.new`, so each ``status --watch`` refresh reads only the
-    records that arrived since the last one."""
+    never a second computation: the versions line and the registry line of the screen are two views of it (the
+    statuses the streams worker writes to ``adapter-registry`` trail that fold, and a broker killed between an
+    ``AdapterPublished`` and its ``AdapterState`` left "published v49 primary v49" above "v48 PRIMARY"). Fed by
+    :meth:`Reader.new`, so each ``status --watch`` refresh reads only the records that arrived since the last one."""
 
-    TOPICS = (ADAPTER_TOPIC, REGISTRY_TOPIC, catalog.GROUPS)
+    TOPICS = (ADAPTER_TOPIC, catalog.GROUPS)
 
     def __init__(self, canary_share: float, adapter_name: str = "planner") -> None:
         from streamgrpo.cli.progress import Progress
 
         self.progress = Progress(canary_share=canary_share)
         self.adapter_name = adapter_name
-        self.registry: dict[int, str] = {}
 
     def update(self, reader: Reader) -> None:
         """Fold what arrived on the topics since the last update."""
@@ -240,10 +240,16 @@ class WholeRun:
         from streamgrpo.avro import records as R
 
         for ev in events:
-            if topic == REGISTRY_TOPIC and isinstance(ev, R.AdapterState):
-                self.registry[ev.version] = ev.status.value
-            elif topic == ADAPTER_TOPIC or topic == catalog.GROUPS and isinstance(ev, R.GroupClosed):
+            if topic == ADAPTER_TOPIC or topic == catalog.GROUPS and isinstance(ev, R.GroupClosed):
                 self.progress.apply(ev)  # the folds ignore the lifecycle types they do not use
+
+    @property
+    def registry(self) -> dict[int, str]:
+        """The lifecycle status of every announced version, from the same fold as :meth:`versions`."""
+        from streamgrpo.lifecycle.registry import status
+
+        line = self.progress.registry.line(self.adapter_name)
+        return {v: status(line, v).value for v in sorted(line.announced)}
 
     def versions(self) -> dict[str, int | None]:
         line = self.progress.registry.line(self.adapter_name)

@@ -35,6 +35,12 @@ Pure: no clock, no I/O; the fan-out agent (:mod:`streamgrpo.streams.fanout`) cal
 remember` when it fans a task out, :meth:`Curriculum.closed` for every GroupClosed its follower folds,
 and :meth:`Curriculum.next_due` before each new task and when idle.
 
+Memory is bounded: ``max_tasks`` tasks (the oldest forgotten first) and ``max_kinds`` kinds (the least recently
+seen forgotten first: a kind is seen when a task of it is fanned out or a group of it closes). A forgotten kind
+starts afresh: warm until ``cold_kind_groups`` of its groups close without signal again, and never kept by
+``all_cold_keeps_last`` until one of its groups has signal again. A stream of tasks each with a kind of its
+own (200,000 kinds) therefore keeps ``max_kinds`` of them, not all.
+
 What is not covered: the queue is the worker's memory, rebuilt empty on a restart (a restart loses
 pending requeues, never a task or a group); with several streams workers, the worker that fanned a task
 out is the one that requeues it. Sources whose reward is not a pass rate still use ``trains`` (reward
@@ -68,6 +74,7 @@ class CurriculumPolicy:
     park_after: int = 48  #: groups admitted after which a parked task is retried
     park_retries: int = 1  #: retries of a task whose groups had no signal
     max_tasks: int = 10_000  #: tasks remembered (oldest forgotten first)
+    max_kinds: int = 1_000  #: task kinds whose recent groups are remembered (least recently seen forgotten first)
     cold_kind_groups: int = 4  #: a kind is cold when this many of its last groups had no signal (0 = off)
     probe_group_size: int = 2  #: rollouts of a cold kind's task (its own group size when smaller)
     all_cold_keeps_last: bool = False  #: when every kind is cold, the kind with the latest signal keeps full groups
@@ -98,7 +105,8 @@ class Curriculum:
     _tasks: OrderedDict[str, _Entry] = field(default_factory=OrderedDict)
     _requeue: OrderedDict[str, float] = field(default_factory=OrderedDict)  # task id -> pass rate
     _parked: dict[str, tuple[int, float]] = field(default_factory=dict)  # task id -> (due at admitted, pass rate)
-    _kinds: dict[str, deque[bool]] = field(default_factory=dict)  # kind -> signal of its last closed groups
+    _kinds: OrderedDict[str, deque[bool]] = field(default_factory=OrderedDict)  # kind -> signal of its last closed
+    # groups, least recently seen first (at most policy.max_kinds)
     _folded: int = 0  # groups of remembered tasks folded (the clock of _signal_at)
     _signal_at: dict[str, int] = field(default_factory=dict)  # kind -> _folded when its group last had signal
 
@@ -146,6 +154,8 @@ class Curriculum:
                 self._forget(next(iter(self._tasks)))
         entry.open_group = ids.group_id(task_id, attempt)
         entry.groups = max(entry.groups, attempt)
+        if kind_of(task) in self._kinds:
+            self._kinds.move_to_end(kind_of(task))  # seen: the last to be forgotten
 
     def closed(self, event: R.GroupClosed) -> Decision | None:
         """Fold one GroupClosed of a remembered task's open group; other groups are not ours (None)."""
@@ -158,7 +168,7 @@ class Curriculum:
         rate, signal = float(event.reward_mean), carries_signal(event)
         if self.policy.cold_kind_groups > 0:
             kind = kind_of(entry.task)
-            self._kinds.setdefault(kind, deque(maxlen=self.policy.cold_kind_groups)).append(signal)
+            self._kind(kind).append(signal)
             self._folded += 1
             if signal:
                 self._signal_at[kind] = self._folded
@@ -187,6 +197,11 @@ class Curriculum:
         return None
 
     @property
+    def kinds(self) -> int:
+        """Task kinds whose recent groups are remembered (at most ``max_kinds``)."""
+        return len(self._kinds)
+
+    @property
     def pending(self) -> int:
         """Tasks waiting to be fanned out again (requeued or parked)."""
         return len(self._requeue) + len(self._parked)
@@ -196,6 +211,19 @@ class Curriculum:
         meta = {**entry.task.metadata, "attempt": str(entry.groups), "curriculum": reason,
                 "pass_rate": f"{rate:.3f}"}
         return dataclasses.replace(entry.task, metadata=meta)
+
+    def _kind(self, kind: str) -> deque[bool]:
+        """The recent signals of ``kind``, now its most recently seen; a new kind forgets the least recently seen
+        ones beyond ``max_kinds`` (their signals and their last signal)."""
+        recent = self._kinds.get(kind)
+        if recent is not None:
+            self._kinds.move_to_end(kind)
+            return recent
+        recent = self._kinds[kind] = deque(maxlen=self.policy.cold_kind_groups)
+        while len(self._kinds) > max(1, self.policy.max_kinds):
+            gone, _ = self._kinds.popitem(last=False)
+            self._signal_at.pop(gone, None)
+        return recent
 
     def _forget(self, task_id: str) -> None:
         self._tasks.pop(task_id, None)

@@ -168,8 +168,9 @@ def tail(ctx: click.Context, topic: str, from_beginning: bool, limit: int | None
 
 def _tail_archive(run_id: str, archive: Path, topic: str, limit: int | None, follow: bool, raw: bool) -> None:
     """``tail`` of a finished run: its archived events of ``topic``, as the live lines (no bytes: the archive keeps
-    the decoded events)."""
-    from streamgrpo.archive.store import read_events
+    the decoded events). An archive with no archive part at all is an error that says so; a topic with none says so
+    on stderr; a row that does not decode is skipped with a warning naming its file."""
+    from streamgrpo.archive.store import read_events, require_parts
 
     if follow or raw:
         raise click.UsageError(f"run {run_id} has finished: its topics are read from its archive {archive}, which "
@@ -177,8 +178,12 @@ def _tail_archive(run_id: str, archive: Path, topic: str, limit: int | None, fol
                                f"{'--follow' if follow else '--raw'}")
     if not archive.is_dir():
         raise click.ClickException(f"run {run_id} has finished and left no event archive at {archive}")
+    archived = require_parts(archive, f"run {run_id} has finished, nothing to tail")
     click.echo(f"(run {run_id} has finished: read from its archive {archive})", err=True)
-    for n, (event, place) in enumerate(read_events(archive, topic)):
+    if topic not in archived:
+        click.echo(f"(no archived {topic} events in {archive}; archived topics: {', '.join(archived)})", err=True)
+        return
+    for n, (event, place) in enumerate(read_events(archive, topic, skip_bad=True)):
         if limit is not None and n >= limit:
             return
         line = _tail_line(place.topic, place.partition, place.offset, place.key, event)

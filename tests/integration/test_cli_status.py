@@ -111,7 +111,7 @@ def test_status_from_topics_with_services_down(kafka_ns: KafkaSettings) -> None:
     finally:
         M.stop()
     assert report.versions == {"published": 3, "primary": 2, "canary": 3}
-    assert report.registry == {1: "RETIRED", 2: "PRIMARY"}
+    assert report.registry == {1: "RETIRED", 2: "PRIMARY", 3: "CANARY"}  # the fold of adapter-events, as versions
     assert report.served == {"rollout/w1": 2, "rollout/w2": 3} and report.served_source == "rollouts topic"
     assert report.groups_in_flight == 2 and report.groups_source.startswith("topics")
     with_data = [p for p, e in ends.items() if e > 0]
@@ -183,7 +183,8 @@ def test_a_watch_refresh_reads_only_what_arrived_and_folds_it_into_the_same_figu
     assert after.loop == fresh.loop == {"samples_trained": 24.0, "samples_dropped_stale": 8.0, "stale_share": 0.25,
                                         "control_arm_groups": 4, "control_arm_rollouts": 14}
     assert after.versions == fresh.versions and after.versions["published"] == 4
-    assert after.registry == fresh.registry == {1: "RETIRED", 2: "PRIMARY"} and after.partial == []
+    assert after.registry == fresh.registry == {1: "RETIRED", 2: "PRIMARY", 3: "CANDIDATE", 4: "CANARY"}
+    assert after.partial == []
 
 
 def test_a_whole_topic_read_cut_short_says_partial_and_the_next_refresh_reads_on(kafka_ns: KafkaSettings) -> None:
@@ -197,8 +198,8 @@ def test_a_whole_topic_read_cut_short_says_partial_and_the_next_refresh_reads_on
         whole = collect(kafka_ns, down, timeout_s=0.3, view=view)
     finally:
         view.close()
-    assert cut.partial == ["adapter-events", "adapter-registry", "groups"] and cut.loop["control_arm_groups"] == 0
-    assert "PARTIAL    adapter-events, adapter-registry, groups: not read to the end" in render(cut)
+    assert cut.partial == ["adapter-events", "groups"] and cut.loop["control_arm_groups"] == 0
+    assert "PARTIAL    adapter-events, groups: not read to the end" in render(cut)
     assert whole.partial == [] and "PARTIAL" not in render(whole)
     assert whole.loop == {"samples_trained": 18.0, "samples_dropped_stale": 6.0, "stale_share": 0.25,
                           "control_arm_groups": 2, "control_arm_rollouts": 8}

@@ -184,3 +184,34 @@ def test_an_absent_or_unreadable_attempt_is_the_first() -> None:
     assert ids.attempt_of({}) == 0
     assert ids.attempt_of({"attempt": "not a number"}) == 0
     assert ids.attempt_of({"attempt": "3", "curriculum": "retry"}) == 3
+
+
+def test_kinds_are_capped_and_the_least_recently_seen_is_forgotten_first() -> None:
+    """Issue 38, finding 16: tasks were capped (max_tasks), kinds were not: 200,000 tasks each with a kind of its
+    own kept 200,000 kinds (182 MB). Kinds are capped at max_kinds; a kind is seen when a task of it is fanned out
+    or a group of it closes, and the least recently seen is forgotten (it is warm again: full groups)."""
+    cur = Curriculum(CurriculumPolicy(cold_kind_groups=1, probe_group_size=2, max_kinds=3))
+    for kind in ("a", "b", "c"):
+        fold(cur, task(f"{kind}0", kind=kind), False)
+    assert [cur.cold(task("x", kind=k)) for k in "abc"] == ["a", "b", "c"] and cur.kinds == 3
+    cur.remember(task("a1", kind="a"), 0)  # a task of kind a fanned out: a is the most recently seen now
+    fold(cur, task("d0", kind="d"), False)  # a fourth kind: b, the least recently seen, is forgotten
+    assert cur.kinds == 3
+    assert [cur.cold(task("x", kind=k)) for k in "abcd"] == ["a", None, "c", "d"]
+    assert cur.sized(task("b9", kind="b")).group_size == 4  # forgotten: warm again, its full group
+    many = Curriculum(CurriculumPolicy(cold_kind_groups=1))
+    for i in range(5_000):
+        fold(many, task(f"t{i}", kind=f"k{i}"), False)
+    assert many.kinds == CurriculumPolicy().max_kinds == 1_000
+    assert many.cold(task("x", kind="k4999")) == "k4999" and many.cold(task("x", kind="k0")) is None
+
+
+def test_a_forgotten_kind_loses_its_last_signal_too() -> None:
+    """The kind kept when every kind is cold is forgotten with its signals: it is not kept afterwards."""
+    cur = Curriculum(CurriculumPolicy(cold_kind_groups=1, probe_group_size=2, all_cold_keeps_last=True, max_kinds=2))
+    fold(cur, task("l0", kind="lookup"), True)
+    fold(cur, task("l1", kind="lookup"), False)
+    fold(cur, task("a0"), False)
+    assert cur.kept() == "lookup"
+    fold(cur, task("h0", kind="history"), False)  # lookup, the least recently seen, is forgotten
+    assert cur.kinds == 2 and cur.kept() is None and cur.cold(task("l2", kind="lookup")) is None
