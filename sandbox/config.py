@@ -64,11 +64,12 @@ class SandboxSettings(StrictModel):
         "the whole call. On: those rlimits hold per process (each child gets a fresh allowance) unless a cgroup "
         "bounds the call; the tool says so in a WARNING at start.",
     )
-    cgroup: Literal["auto", "off"] = Field(
+    cgroup: Literal["auto", "v2", "v1", "off"] = Field(
         default="auto",
-        description="A cgroup v2 per call (memory.max, pids.max, and cpu.max with allow_fork) where one is "
-        "delegated: 'auto' detects it at start (cgroup_parent, else the worker's own cgroup) and falls back, "
-        "with a WARNING, to the rlimits; 'off' never uses one.",
+        description="A cgroup per call (memory, pids, and CPU with allow_fork): 'auto' detects at start a delegated "
+        "cgroup v2 (cgroup_parent, else the worker's own cgroup), else the cgroup v1 memory and pids (and cpu) "
+        "hierarchies the worker may write (its own cgroup in each), else falls back, with a WARNING, to the "
+        "rlimits; 'v2' or 'v1' only that version, refusing to start without it; 'off' never uses one.",
     )
     cgroup_parent: Path | None = Field(
         default=None,

@@ -109,6 +109,11 @@ def _host_dirs() -> list[tuple[str, str | None]]:
     return out
 
 
+def host_dirs() -> list[tuple[str, str | None]]:
+    """What every jail gets from the host, read-only: see :func:`_host_dirs`."""
+    return _host_dirs()
+
+
 def traversable(path: str, uid: int, gid: int) -> bool:
     """Whether ``uid``/``gid`` (no supplementary groups) can reach ``path`` and read it."""
     if uid == os.geteuid():

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamgrpo.sandbox._sandbox_child import EXIT_UNSAFE, READY, format_config
+from streamgrpo.sandbox._sandbox_child import READY, format_config
 from streamgrpo.sandbox.config import SandboxSettings
 from streamgrpo.sandbox.errors import SandboxUnavailableError
 from streamgrpo.sandbox.jail import (
@@ -86,7 +86,10 @@ PROBE_WALL_S = 60.0
 class SandboxRun:
     """Raw outcome of one sandboxed run. ``returncode`` < 0 is the signal that ended bwrap; bwrap
     reports a program killed by signal N as 128 + N. ``jail_error`` is set when the jail did not
-    start (the program did not run)."""
+    start (the program did not run): exactly when the bootstrap's ready marker (``_sandbox_child.READY``, written
+    to stderr after the jail is up and before the program's first line runs) is missing and neither the wall clock
+    nor a limit ended the run. The exit status never decides it: a program may exit with any status, 121 (the
+    bootstrap's own refusal, which it makes before the marker) included."""
 
     stdout: str
     stderr: str
@@ -226,7 +229,7 @@ def _spawn(plan: JailPlan, limits: SandboxSettings, code: str, config: str,
             call_cg.remove()
     err = pipes.err.replace(READY, b"", 1)
     jail_error = None
-    if (READY not in pipes.err and not timed_out and limit_hit is None) or returncode == EXIT_UNSAFE:
+    if READY not in pipes.err and not timed_out and limit_hit is None:  # the program never ran (see SandboxRun)
         jail_error = explain_bwrap_failure(err.decode("utf-8", "replace"))
     run = SandboxRun(
         stdout=pipes.out.decode("utf-8", errors="replace"), stderr=err.decode("utf-8", errors="replace"),
@@ -271,18 +274,29 @@ def _verify_with_cgroup(plan: JailPlan, limits: SandboxSettings) -> tuple[JailPl
     """Verify the jail, in a per-call cgroup where one is delegated (the probe runs inside one). Returns
     the plan to use, the probe's report and why no cgroup is used (None when one is)."""
     cgroup = plan_cgroup(limits)
-    if isinstance(cgroup, str) and limits.cgroup_parent is not None:  # asked for explicitly: fail closed
-        raise SandboxUnavailableError(f"[tools.sandbox] cgroup_parent is set but unusable: {cgroup}")
+    explicit = _explicit_cgroup(limits)
+    if isinstance(cgroup, str) and explicit is not None:  # asked for explicitly: fail closed
+        raise SandboxUnavailableError(f"{explicit} is set but unusable: {cgroup}")
     if isinstance(cgroup, str):
         return plan, verify_jail(plan, limits), cgroup
     try:
         with_cgroup = dataclasses.replace(plan, cgroup=cgroup)
         return with_cgroup, verify_jail(with_cgroup, limits), None
     except SandboxUnavailableError as exc:
-        reason = f"the per-call cgroup under {cgroup.parent} did not work ({exc})"
-    if limits.cgroup_parent is not None:  # asked for explicitly: fail closed
-        raise SandboxUnavailableError(f"[tools.sandbox] cgroup_parent: {reason}")
+        reason = f"the per-call cgroup under {cgroup.describe()} did not work ({exc})"
+    if explicit is not None:  # asked for explicitly: fail closed
+        raise SandboxUnavailableError(f"{explicit}: {reason}")
     return plan, verify_jail(plan, limits), reason
+
+
+def _explicit_cgroup(limits: SandboxSettings) -> str | None:
+    """The setting that asks for a cgroup explicitly (the tool then refuses to start without it), if any."""
+    if limits.cgroup_parent is not None:
+        return "[tools.sandbox] cgroup_parent"
+    if limits.cgroup in ("v1", "v2"):
+        return (f'[rollout.tools.sandbox] cgroup = "{limits.cgroup}" (env STREAMGRPO_ROLLOUT__TOOLS__SANDBOX__CGROUP; '
+                '"auto" falls back to the rlimits with a WARNING)')
+    return None
 
 
 def _file_watch_works(plan: JailPlan, limits: SandboxSettings) -> str | None:
@@ -300,7 +314,7 @@ def prepare_jail(limits: SandboxSettings) -> JailPlan:
     """Plan the jail, verify it once, and state which limits hold for the whole call (the tool refuses to
     build when this raises: a missing isolation, or a per-process limit under ``require_call_limits``)."""
     plan, report, no_cgroup = _verify_with_cgroup(plan_jail(limits), limits)
-    cgroup_parent = str(plan.cgroup.parent) if plan.cgroup is not None else None
+    cgroup_parent = plan.cgroup.describe() if plan.cgroup is not None else None
     unwatched = _file_watch_works(plan, limits)
     announce_limits(limit_scopes(limits, cgroup_parent, unwatched), limits, no_cgroup)
     log.info("python sandbox: bubblewrap jail verified (uid %d, %s python %s, seccomp on, %d MiB disk, cgroup %s)",

@@ -25,8 +25,14 @@ Each call (:class:`CallCgroup`, documented kernel interface, Documentation/admin
 3. after the call: ``memory.events``/``pids.events`` say whether a limit was hit; ``cgroup.kill``
    then ``rmdir``.
 
-This path needs a host with a delegated cgroup v2; the machine it was written on has the memory and
-pids controllers on cgroup v1 only, so only the detection and the values are tested there.
+Where no cgroup v2 is usable, ``[tools.sandbox] cgroup = "auto"`` (the default) falls back to the cgroup v1
+hierarchies of :mod:`.sandbox_cgroup_v1` (memory, pids, and cpu with ``allow_fork``; the same steps, with the v1
+files); ``"v2"`` and ``"v1"`` use only that version and refuse to start without it (fail closed), as does a set
+``cgroup_parent`` (a v2 directory).
+
+The v2 path needs a host with a delegated cgroup v2; the machine it was written on has the memory and
+pids controllers on cgroup v1 only, so there only the detection and the values of v2 are tested, and the
+v1 path is tested for real.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from pathlib import Path
 
 from streamgrpo.sandbox.config import SandboxSettings
 from streamgrpo.sandbox.errors import SandboxError
+from streamgrpo.sandbox.sandbox_cgroup_v1 import V1_FILES_OPTIONAL, plan_v1, v1_limit_hit, v1_values
 from streamgrpo.sandbox.sandbox_io import wait_child_pid
 
 log = logging.getLogger(__name__)
@@ -53,12 +60,24 @@ class CgroupError(SandboxError):
     """A call's cgroup could not be made or joined (the program is not run)."""
 
 
+_OPTIONAL = frozenset({"memory.swap.max", *V1_FILES_OPTIONAL})  # absent without swap accounting: nothing to bound
+
+
 @dataclass(frozen=True)
 class CgroupPlan:
-    """Where the calls' cgroups go and what each gets (file name -> value)."""
+    """Where the calls' cgroups go and what each gets (file name -> value). With ``v1`` (controller -> parent
+    directory in that controller's cgroup v1 hierarchy) each call gets a cgroup in every such hierarchy and a
+    file goes to the one its prefix names; ``parent`` is then the memory hierarchy's."""
 
     parent: Path
     values: tuple[tuple[str, str], ...]
+    v1: tuple[tuple[str, Path], ...] = ()
+
+    def describe(self) -> str:
+        """Where the calls' cgroups go, for the start-up log."""
+        if not self.v1:
+            return str(self.parent)
+        return f"{self.parent} (cgroup v1: " + ", ".join(f"{c} under {p}" for c, p in self.v1) + ")"
 
 
 def cgroup2_mount(mountinfo: str) -> Path | None:
@@ -110,10 +129,8 @@ def _parent(settings: SandboxSettings) -> Path | str:
     return mount / own.lstrip("/")
 
 
-def plan_cgroup(settings: SandboxSettings) -> CgroupPlan | str:
-    """The per-call cgroup plan, or why there is none (a sentence for the start-up WARNING)."""
-    if settings.cgroup == "off":
-        return 'switched off ([tools.sandbox] cgroup = "off")'
+def _plan_v2(settings: SandboxSettings) -> CgroupPlan | str:
+    """The per-call cgroup v2 plan, or why there is none."""
     parent = _parent(settings)
     if isinstance(parent, str):
         return parent
@@ -138,6 +155,32 @@ def plan_cgroup(settings: SandboxSettings) -> CgroupPlan | str:
     return CgroupPlan(parent=parent, values=cgroup_values(settings))
 
 
+def _plan_v1(settings: SandboxSettings) -> CgroupPlan | str:
+    """The per-call cgroup v1 plan (:mod:`.sandbox_cgroup_v1`), or why there is none."""
+    try:
+        found = plan_v1(needed_controllers(settings), _read(Path("/proc/self/mountinfo")),
+                        _read(Path("/proc/self/cgroup")))
+    except OSError as exc:
+        return f"/proc is unreadable ({exc})"
+    if isinstance(found, str):
+        return found
+    return CgroupPlan(parent=found["memory"], values=v1_values(settings, OVERHEAD_MB), v1=tuple(found.items()))
+
+
+def plan_cgroup(settings: SandboxSettings) -> CgroupPlan | str:
+    """The per-call cgroup plan, or why there is none (a sentence for the start-up WARNING): cgroup v2, else
+    (``cgroup = "auto"`` without ``cgroup_parent``) cgroup v1."""
+    if settings.cgroup == "off":
+        return 'switched off ([tools.sandbox] cgroup = "off")'
+    if settings.cgroup == "v1":
+        return _plan_v1(settings)
+    v2 = _plan_v2(settings)
+    if isinstance(v2, CgroupPlan) or settings.cgroup == "v2" or settings.cgroup_parent is not None:
+        return v2
+    v1 = _plan_v1(settings)
+    return v1 if isinstance(v1, CgroupPlan) else f"no cgroup v2 ({v2}) and no cgroup v1 ({v1})"
+
+
 def _kill(*pids: int) -> None:
     """SIGKILL bwrap (its child dies with it: --die-with-parent) and the child itself."""
     for pid in pids:
@@ -148,22 +191,50 @@ def _kill(*pids: int) -> None:
 
 
 class CallCgroup:
-    """One call's cgroup (see the module docstring)."""
+    """One call's cgroup (see the module docstring); with a v1 plan, one in each v1 hierarchy."""
 
     def __init__(self, plan: CgroupPlan) -> None:
-        self.path = plan.parent / f"sbx-{os.getpid()}-{uuid.uuid4().hex[:10]}"
+        name = f"sbx-{os.getpid()}-{uuid.uuid4().hex[:10]}"
+        self.v1 = bool(plan.v1)
+        self.dirs = {c: parent / name for c, parent in plan.v1} if plan.v1 else {"": plan.parent / name}
+        self.path = self.dirs.get("memory", plan.parent / name)
         self.values = plan.values
+
+    def _file(self, name: str) -> Path:
+        return (self.dirs[name.split(".", 1)[0]] if self.v1 else self.path) / name
+
+    def _apply(self) -> None:
+        for directory in self.dirs.values():
+            directory.mkdir()
+        for name, value in self.values:
+            target = self._file(name)
+            if name in _OPTIONAL and not target.exists():
+                continue
+            target.write_text(value)
+            if self.v1 and _read(target).strip() != value:  # v1 rounds or ignores some writes: check each one
+                raise CgroupError(f"{target} reads {_read(target).strip()!r} after {value!r} was written")
 
     def create(self) -> None:
         try:
-            self.path.mkdir()
-            for name, value in self.values:
-                if name == "memory.swap.max" and not (self.path / name).exists():
-                    continue  # no swap accounting on this kernel: nothing to bound
-                (self.path / name).write_text(value)
-        except OSError as exc:
+            self._apply()
+        except (OSError, CgroupError) as exc:
             self.remove()
+            if isinstance(exc, CgroupError):
+                raise
             raise CgroupError(f"cannot set up the call's cgroup {self.path}: {exc}") from exc
+
+    def _join(self, pids: tuple[int, ...]) -> None:
+        """Write ``pids`` to every cgroup.procs of the call and read them back (CgroupError when one is missing)."""
+        for directory in self.dirs.values():
+            try:
+                for pid in pids:
+                    (directory / "cgroup.procs").write_text(str(pid))
+                inside = {int(p) for p in _read(directory / "cgroup.procs").split()}
+            except (OSError, ValueError) as exc:
+                raise CgroupError(f"cannot move the jail into its cgroup {directory}: {exc}") from exc
+            if not set(pids) <= inside:
+                raise CgroupError(f"the jail's processes {', '.join(map(str, pids))} are not in {directory} "
+                                  f"({sorted(inside)})")
 
     def enter(self, bwrap_pid: int, status_fd: int, release_fd: int, deadline: float) -> tuple[int | None, bytes]:
         """Move bwrap and its blocked child into the cgroup, check, then release the child. Returns the
@@ -175,15 +246,12 @@ class CallCgroup:
                 _kill(bwrap_pid)
                 return None, data
             try:
-                for pid in (bwrap_pid, child):
-                    (self.path / "cgroup.procs").write_text(str(pid))
-                inside = {int(p) for p in _read(self.path / "cgroup.procs").split()}
-            except (OSError, ValueError) as exc:
+                self._join((bwrap_pid, child))
+            except CgroupError as exc:
                 _kill(bwrap_pid, child)
-                raise CgroupError(f"cannot move the jail into its cgroup {self.path}: {exc}") from exc
-            if not {bwrap_pid, child} <= inside:
-                _kill(bwrap_pid, child)
-                raise CgroupError(f"the jail's processes {bwrap_pid}, {child} are not in {self.path} ({sorted(inside)})")
+                if isinstance(exc.__cause__, ProcessLookupError):  # the jail ended on its own before it was moved:
+                    return None, data  # bwrap's own error (the caller reports it) says why; nothing of it runs
+                raise
             os.write(release_fd, b"x")
             return child, data
         finally:
@@ -191,6 +259,8 @@ class CallCgroup:
 
     def limit_hit(self) -> str | None:
         """Which of the cgroup's limits the call hit (read before :meth:`remove`)."""
+        if self.v1:
+            return v1_limit_hit(self.dirs)
         try:
             memory = dict(line.split() for line in _read(self.path / "memory.events").splitlines())
             pids = dict(line.split() for line in _read(self.path / "pids.events").splitlines())
@@ -203,19 +273,25 @@ class CallCgroup:
         return None
 
     def remove(self) -> None:
-        """Kill what is left and remove the directory (a few tries while the kernel reaps)."""
-        if not self.path.exists():
-            return
+        """Kill what is left and remove the directories (a few tries while the kernel reaps)."""
+        for directory in self.dirs.values():
+            if not directory.exists():
+                continue
+            if not self.v1:
+                try:
+                    (directory / "cgroup.kill").write_text("1")
+                except OSError:
+                    pass  # kernels before 5.14: the pid namespace already took every process with bwrap
+            _rmdir(directory)
+
+
+def _rmdir(directory: Path) -> None:
+    for _ in range(50):
         try:
-            (self.path / "cgroup.kill").write_text("1")
+            directory.rmdir()
+            return
+        except FileNotFoundError:
+            return
         except OSError:
-            pass  # kernels before 5.14: the pid namespace already took every process with bwrap
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.02)
-        log.warning("python sandbox: the call's cgroup %s could not be removed (still populated)", self.path)
+            time.sleep(0.02)
+    log.warning("python sandbox: the call's cgroup %s could not be removed (still populated)", directory)

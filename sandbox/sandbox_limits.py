@@ -71,10 +71,10 @@ def limit_scopes(settings: SandboxSettings, cgroup: str | None = None,
     if cgroup is not None:
         cg = f"the call's cgroup under {cgroup}"
         memory = LimitScope("memory", f"memory_mb={settings.memory_mb}", "call",
-                            f"memory.max of {cg}, with the tmpfs's pages and inodes; RLIMIT_AS per process")
+                            f"the memory limit of {cg} (memory.max, v1: memory.limit_in_bytes), with the tmpfs's pages and inodes; RLIMIT_AS per process")
         cpu = LimitScope("cpu", f"cpu_seconds={settings.cpu_seconds}", "call",
-                         f"RLIMIT_CPU; {why}" if one else f"cpu.max of {cg} over the wall clock; RLIMIT_CPU per process")
-        procs = f"pids.max of {cg} and RLIMIT_NPROC"
+                         f"RLIMIT_CPU; {why}" if one else f"the CPU quota of {cg} (cpu.max, v1: cpu.cfs_quota_us) over the wall clock; RLIMIT_CPU per process")
+        procs = f"pids.max of {cg} and RLIMIT_NPROC"  # the same file on v1 and v2
     else:
         memory = LimitScope("memory", f"memory_mb={settings.memory_mb}", per, f"RLIMIT_AS; {why}")
         cpu = LimitScope("cpu", f"cpu_seconds={settings.cpu_seconds}", per, f"RLIMIT_CPU; {why}")

@@ -60,6 +60,11 @@ DENIED: tuple[str, ...] = (
     "adjtimex", "fanotify_init", "nfsservctl",
     "memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open",
 )
+#: Legacy interfaces, denied where the architecture has them (x86_64; aarch64 never had them): ``modify_ldt`` (the
+#: LDT, behind several kernel bugs), ``uselib`` (a.out loader), ``ustat``, ``sysfs``, ``_sysctl`` (obsolete
+#: interfaces), ``iopl``/``ioperm`` (port I/O). ``vm86``/``vm86old`` exist only in the i386 table, whose ABI step 1
+#: kills; ``personality`` is in :data:`DENIED`.
+LEGACY_DENIED: tuple[str, ...] = ("modify_ldt", "uselib", "ustat", "sysfs", "_sysctl", "iopl", "ioperm")
 #: Denied unless ``allow_fork`` (x86_64 only: aarch64 has no such syscalls, only ``clone``).
 FORK_SYSCALLS: tuple[str, ...] = ("fork", "vfork")
 
@@ -79,6 +84,7 @@ ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         "adjtimex": 159, "fanotify_init": 300, "nfsservctl": 180, "clone3": 435,
         "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
         "fork": 57, "vfork": 58, "clone": 56, "socket": 41, "socketpair": 53,
+        "modify_ldt": 154, "uselib": 134, "ustat": 136, "sysfs": 139, "_sysctl": 156, "iopl": 172, "ioperm": 173,
     }),
     "aarch64": (0xC00000B7, {
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "pidfd_getfd": 438,
@@ -127,7 +133,8 @@ def build_program(machine: str | None = None, *, allow_fork: bool = False) -> by
         raise SeccompUnsupportedError(
             f"no seccomp syscall table for architecture {machine!r} (supported: {', '.join(sorted(ARCHES))})")
     audit_arch, numbers = ARCHES[machine]
-    denied = [*DENIED, *([] if allow_fork else [n for n in FORK_SYSCALLS if n in numbers])]
+    denied = [*DENIED, *[n for n in LEGACY_DENIED if n in numbers],
+              *([] if allow_fork else [n for n in FORK_SYSCALLS if n in numbers])]
     deny = sorted({numbers[name] for name in denied})
     eperm, enosys = _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
     prog = [_insn(_LD_W_ABS, 0, 0, _ARCH), _insn(_JEQ_K, 1, 0, audit_arch), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS),

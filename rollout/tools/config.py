@@ -22,14 +22,15 @@ Example TOML::
     url = "http://search.internal:8080/mcp"
     tools = ["query"]              # only these (and a stable tool list when the server is down at start)
 
-Environment overrides work for the flat fields (``STREAMGRPO_TOOLS__MAX_OUTPUT_CHARS``); the
-sub-tables are set in TOML or by building the models in code.
+Environment overrides work for the flat fields (``STREAMGRPO_ROLLOUT__TOOLS__MAX_OUTPUT_CHARS``,
+``STREAMGRPO_ROLLOUT__TOOLS__MCP_MAX_TOOLS``); the sub-tables are set in TOML or by building the models in code.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -86,6 +87,17 @@ class McpServerSettings(StrictModel):
                                     "the server is gone at a call; the call is then retried once.")
     backoff_s: float = Field(default=0.25, gt=0, le=60, description="First wait between reconnects (doubles, "
                              "at most 8x).")
+    jail: Literal["required", "warn", "off"] = Field(default="required", description="stdio: run the server in a "
+                                                     "bubblewrap jail (sandbox/server_jail.py: fresh /proc, no home "
+                                                     "directory, none of the worker's environment). 'required': a "
+                                                     "jail that cannot be set up stops the worker at start; 'warn': "
+                                                     "the server then runs unjailed, with an ERROR; 'off': never "
+                                                     "jailed (a WARNING at start).")
+    network: bool = Field(default=False, description="stdio, jailed: give the server the host's network (and its "
+                          "DNS and CA files). Off: loopback only, in its own network namespace.")
+    read_paths: list[Path] = Field(default_factory=list, description="stdio, jailed: more host paths the server may "
+                                   "read (its interpreter, its executable's folder and every argument that names an "
+                                   "existing path are bound already).")
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSettings:
@@ -117,6 +129,16 @@ class ToolsSettings(StrictModel):
     mcp_servers: list[McpServerSettings] = Field(
         default_factory=list, description="MCP servers whose tools are registered beside the built-ins, as "
         "'<server>.<tool>' (TOML [[rollout.tools.mcp_servers]]).")
+    mcp_max_tools: int = Field(default=64, ge=1, le=1000, description="Most tools registered from ONE MCP server "
+                               "(every tool is a line of every planner prompt and a name in its grammar). A server "
+                               "that lists more, with no `tools` selection of at most this many, stops the worker "
+                               "at start with a configuration error (not restarted).")
+    mcp_max_description_chars: int = Field(default=1024, ge=16, le=65_536, description="Longest tool or argument "
+                                           "description kept from an MCP server, in characters (after it is made "
+                                           "one line of plain text); a longer one is cut, with a WARNING.")
+    mcp_max_schema_bytes: int = Field(default=8192, ge=256, le=1_048_576, description="Largest input schema (compact "
+                                      "JSON, UTF-8 bytes) of a registered MCP tool; a larger one stops the worker at "
+                                      "start with a configuration error naming the tool.")
 
     @field_validator("mcp_servers")
     @classmethod
@@ -125,3 +147,12 @@ class ToolsSettings(StrictModel):
         if len(set(names)) != len(names):
             raise ValueError(f"MCP server names must be unique: {names}")
         return servers
+
+    @model_validator(mode="after")
+    def _selections_within_bound(self) -> ToolsSettings:
+        over = [f"{s.name} ({len(s.tools)})" for s in self.mcp_servers if len(s.tools) > self.mcp_max_tools]
+        if over:
+            raise ValueError(f"MCP server(s) {', '.join(over)} select more tools than mcp_max_tools="
+                             f"{self.mcp_max_tools}: shorten their `tools` lists ([[rollout.tools.mcp_servers]]) or "
+                             "raise [rollout.tools] mcp_max_tools (env STREAMGRPO_ROLLOUT__TOOLS__MCP_MAX_TOOLS)")
+        return self

@@ -10,6 +10,20 @@ One :class:`McpHub` per worker runs the MCP client on its own asyncio loop in a 
 worker's group threads call tools synchronously through it (``run_coroutine_threadsafe``), so concurrent
 groups share one connection per server.
 
+Bounds per server, checked at start (issue 38: a server listing 14,000 tools made the first PlannerAction
+1 MB, over the record bound, and the worker crash-looped): more than ``[rollout.tools] mcp_max_tools`` registered
+tools (default 64), or an input schema over ``mcp_max_schema_bytes`` (8 KiB), or an argument name that is not
+plain, is a :class:`~streamgrpo.rollout.tools.errors.ToolConfigError`: the worker exits "misconfigured, do not
+restart" with one message naming the server, the bound and both fixes (a ``tools`` selection, or a larger bound).
+Refused, not trimmed: dropping the extra tools would make the agent's tool set depend on the server's listing
+order, silently. A description longer than ``mcp_max_description_chars`` (1 KiB) is cut, with a WARNING: it is
+prose that only the prompts show.
+
+Text from a server reaches prompts only through :func:`prompt_text`: the planner's tool line and the executor
+show the description, errors show argument names. Descriptions become one line of plain text (no control or
+format characters, no JSON braces, brackets or quotes, no ``<|...|>`` or ``###`` markers, role labels lose
+their colon), bounded; argument names must be plain identifiers (else the server is refused at start).
+
 Failure policy (a tool call never raises; every failure is the observation's ``error``):
 
 - down at start: a warning; the tools named in the server's ``tools`` setting are registered anyway
@@ -36,6 +50,7 @@ import json
 import logging
 import re
 import threading
+import unicodedata
 from collections.abc import Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
@@ -44,12 +59,20 @@ from pydantic import ValidationError
 
 from streamgrpo.rollout.tools.base import Param, Tool, ToolResult, ToolSpec
 from streamgrpo.rollout.tools.config import McpServerSettings, ToolsSettings
-from streamgrpo.rollout.tools.errors import ToolError, ToolInputError
+from streamgrpo.rollout.tools.errors import ToolConfigError, ToolError, ToolInputError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _SCALARS = {"string", "integer", "number", "boolean"}
 _CLIENT_NAME = "streamgrpo-rollout"
+#: Punctuation a server's text keeps on its way into a prompt (see :func:`prompt_text`).
+_PROMPT_PUNCT = frozenset(".,;:!?()-_/+*=%&@")
+_APOSTROPHES = frozenset("'\u2019")
+#: Role labels a description could use to pose as a turn of the conversation: they lose their colon.
+_ROLE_LABEL = re.compile(r"\b(system|assistant|user|developer|human|tool|inst)\s*:", re.IGNORECASE)
+_PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+PARAM_DESCRIPTION_CHARS = 200
+_BOUND_SETTINGS = ("[rollout.tools] {key} (env STREAMGRPO_ROLLOUT__TOOLS__{env})")
 
 
 class McpUnavailableError(ToolError):
@@ -76,23 +99,43 @@ def tool_name(server: str, tool: str) -> str:
     return f"{server}.{re.sub(r'[^A-Za-z0-9_.-]', '_', tool)[:64]}"
 
 
+def prompt_text(text: str, limit: int) -> str:
+    """What of an MCP server's text may reach a prompt (tool and argument descriptions): NFKC-normalised, then ONE
+    line of letters, digits, single spaces and the punctuation ``. , ; : ! ? ( ) - _ / + * = % & @``. Everything
+    else (newlines, control and format characters such as bidi overrides, JSON braces and brackets, quotes,
+    backticks, ``< > | #``: what chat-template tokens, fake JSON turns and headings are made of) becomes a space;
+    apostrophes vanish; role labels (``system:``, ``assistant:``...) lose their colon. Cut at a word boundary to
+    ``limit`` characters."""
+    norm = unicodedata.normalize("NFKC", text)
+    kept = "".join(ch if ch.isalnum() or ch in _PROMPT_PUNCT else "" if ch in _APOSTROPHES else " " for ch in norm)
+    line = _ROLE_LABEL.sub(r"\1", re.sub(r" ([.,;:!?])", r"\1", " ".join(kept.split())))
+    if len(line) > limit:
+        cut = line[:limit]
+        line = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return line
+
+
 def spec_from_schema(name: str, description: str, schema: dict[str, Any] | None, server: str,
-                     timeout_s: float) -> tuple[ToolSpec, frozenset[str]]:
+                     timeout_s: float, *, max_description_chars: int = 1024) -> tuple[ToolSpec, frozenset[str]]:
     """A :class:`ToolSpec` from an MCP tool's description and JSON input schema (required parameters first),
-    and the names of its non-scalar parameters (given as JSON text)."""
+    and the names of its non-scalar parameters (given as JSON text). Descriptions pass through
+    :func:`prompt_text` (the tool's bounded by ``max_description_chars``, each argument's by
+    :data:`PARAM_DESCRIPTION_CHARS`)."""
     props: dict[str, Any] = (schema or {}).get("properties") or {}
     required = set((schema or {}).get("required") or [])
     params, as_json = [], set()
+    arg_limit = min(PARAM_DESCRIPTION_CHARS, max_description_chars)
     for pname, prop in sorted(props.items(), key=lambda kv: kv[0] not in required):
         kind = prop.get("type") if isinstance(prop, dict) else None
         text = str((prop or {}).get("description") or (prop or {}).get("title") or pname) if isinstance(prop, dict) \
             else pname
+        text = prompt_text(text, arg_limit) or pname
         if kind not in _SCALARS:
-            kind, text = "string", f"{text} (JSON {kind or 'value'})"
+            kind, text = "string", f"{text} (JSON {prompt_text(str(kind or 'value'), 16) or 'value'})"
             as_json.add(pname)
         params.append(Param(pname, kind, text, required=pname in required))
-    spec = ToolSpec(name=name, description=(description or f"Tool {name}").strip(), params=tuple(params),
-                    limits=f"MCP server {server!r}; {timeout_s:g} s per call")
+    spec = ToolSpec(name=name, description=prompt_text(description, max_description_chars) or f"Tool {name}",
+                    params=tuple(params), limits=f"MCP server {server!r}; {timeout_s:g} s per call")
     return spec, frozenset(as_json)
 
 
@@ -101,6 +144,7 @@ class _Connection:
 
     def __init__(self, settings: McpServerSettings) -> None:
         self.settings = settings
+        self.argv: list[str] | None = None  # stdio: the jailed command line (see stdio_argv)
         self.client: Any = None
         self._stop: asyncio.Event | None = None
         self._owner: asyncio.Task[None] | None = None
@@ -111,7 +155,8 @@ class _Connection:
 
         s = self.settings
         if s.command:
-            return StdioServerParameters(command=s.command[0], args=list(s.command[1:]), env=dict(s.env) or None)
+            argv = self.argv or s.command
+            return StdioServerParameters(command=argv[0], args=list(argv[1:]), env=dict(s.env) or None)
         if not s.headers:
             return s.url
         import httpx2
@@ -328,8 +373,42 @@ def _placeholder(settings: McpServerSettings, tool: str) -> tuple[ToolSpec, froz
                     limits=f"MCP server {settings.name!r}; {settings.timeout_s:g} s per call"), frozenset()
 
 
-def _server_tools(hub: McpHub, s: McpServerSettings, max_output_chars: int) -> list[McpTool]:
-    conn = hub.connection(s)
+def _schema_bytes(schema: dict[str, Any] | None) -> int:
+    return len(json.dumps(schema or {}, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8"))
+
+
+def _bound_error(s: McpServerSettings, what: str, key: str, fix: str) -> ToolConfigError:
+    setting = _BOUND_SETTINGS.format(key=key, env=key.upper())
+    return ToolConfigError(f"MCP server {s.name!r}: {what}. The worker does not start with it: {fix}, or raise "
+                           f"{setting}.")
+
+
+def check_bounds(s: McpServerSettings, wanted: list[str], by_name: dict[str, Any], settings: ToolsSettings) -> None:
+    """Refuse (ToolConfigError, at start) a server whose registered tools exceed the per-server bounds of
+    ``settings``: their count, an input schema's size, an argument name that is not plain. Refusing, not dropping
+    the extra tools, keeps the agent's tool set what the operator configured: a server that grows its list must
+    not silently change (or, as in issue 38, blow up) every prompt."""
+    select = "name the tools the planner needs in its `tools` list ([[rollout.tools.mcp_servers]] tools = [...])"
+    if len(wanted) > settings.mcp_max_tools:
+        raise _bound_error(s, f"it lists {len(wanted)} tools, over the bound of {settings.mcp_max_tools} per server",
+                           "mcp_max_tools", f"{select}, at most {settings.mcp_max_tools}")
+    for n in wanted:
+        size = _schema_bytes(by_name[n].input_schema)
+        if size > settings.mcp_max_schema_bytes:
+            raise _bound_error(s, f"the input schema of tool {prompt_text(n, 64)!r} is {size} bytes, over the bound "
+                               f"of {settings.mcp_max_schema_bytes}", "mcp_max_schema_bytes",
+                               f"{select} without it")
+        props = (by_name[n].input_schema or {}).get("properties") or {}
+        bad = [p for p in props if not _PARAM_NAME.fullmatch(str(p))]
+        if bad:
+            raise ToolConfigError(f"MCP server {s.name!r}: tool {prompt_text(n, 64)!r} has argument names that are "
+                                  f"not plain (letters, digits, '_', '.', '-'; at most 64): "
+                                  f"{[prompt_text(str(b), 40) for b in bad][:5]}. The worker does not start with it: "
+                                  f"{select} without it.")
+
+
+def _server_tools(hub: McpHub, s: McpServerSettings, settings: ToolsSettings) -> list[McpTool]:
+    conn, max_output_chars = hub.connection(s), settings.max_output_chars
     try:
         listed = hub.run(conn.list_tools(), s.connect_timeout_s * 2 + 5)
     except _transport_errors() as exc:
@@ -340,23 +419,67 @@ def _server_tools(hub: McpHub, s: McpServerSettings, max_output_chars: int) -> l
     by_name = {t.name: t for t in listed}
     missing = [t for t in s.tools if t not in by_name]
     if missing:
-        log.warning("MCP server %r does not list %s (it lists %s)", s.name, missing, sorted(by_name))
+        log.warning("MCP server %r does not list %s (it lists %d tools)", s.name, missing, len(by_name))
     wanted = [n for n in (s.tools or list(by_name)) if n in by_name]
+    check_bounds(s, wanted, by_name, settings)
+    limit = settings.mcp_max_description_chars
+    long = [n for n in wanted if len(prompt_text(by_name[n].description or "", 10 * limit)) > limit]
+    if long:
+        log.warning("MCP server %r: the descriptions of %d tool(s) (%s) are longer than %d characters and were cut "
+                    "(%s)", s.name, len(long), [prompt_text(n, 64) for n in long[:5]], limit,
+                    _BOUND_SETTINGS.format(key="mcp_max_description_chars", env="MCP_MAX_DESCRIPTION_CHARS"))
     out = [McpTool(hub, s, n, spec_from_schema(tool_name(s.name, n), by_name[n].description or "",
-                                               by_name[n].input_schema, s.name, s.timeout_s),
+                                               by_name[n].input_schema, s.name, s.timeout_s,
+                                               max_description_chars=limit),
                    max_output_chars=max_output_chars) for n in wanted]
     out += [McpTool(hub, s, t, _placeholder(s, t), max_output_chars=max_output_chars) for t in missing]
     log.info("MCP server %r: %d tool(s) registered: %s", s.name, len(out), [t.name for t in out])
     return out
 
 
+def stdio_argv(s: McpServerSettings, bwrap: str) -> list[str] | None:
+    """The jailed command line of a stdio server (:mod:`streamgrpo.sandbox.server_jail`), checked once; None to
+    run ``command`` as it is (``jail = "off"``, or ``"warn"`` when the jail cannot be set up: said loudly).
+    Raises ToolConfigError under ``jail = "required"`` when it cannot be set up."""
+    from streamgrpo.sandbox.errors import SandboxUnavailableError
+    from streamgrpo.sandbox.server_jail import check_server_jail, server_argv
+
+    where = f'[[rollout.tools.mcp_servers]] name = "{s.name}"'
+    if s.jail == "off":
+        log.warning("MCP server %r runs UNJAILED (%s: jail = \"off\"): it can read the worker's environment "
+                    "(API keys) through /proc and every file the worker can", s.name, where)
+        return None
+    try:
+        argv = server_argv(s.command, s.env, bwrap=bwrap, network=s.network, read_paths=s.read_paths)
+        check_server_jail(argv)
+        return argv
+    except SandboxUnavailableError as exc:
+        if s.jail == "required":
+            raise ToolConfigError(f"MCP server {s.name!r}: its jail cannot be set up ({exc}). The worker does not "
+                                  f"start a stdio server unjailed: grant what is missing, or set jail = \"warn\" "
+                                  f"(or \"off\") in {where}") from exc
+        log.error("MCP server %r runs UNJAILED, its jail cannot be set up (%s; %s: jail = \"warn\"): it can read "
+                  "the worker's environment (API keys) and files", s.name, exc, where)
+        return None
+
+
 def build_mcp_tools(settings: ToolsSettings, hub: McpHub | None = None) -> dict[str, Tool]:
-    """Connect to ``settings.mcp_servers`` and wrap their tools (see the module docstring); {} without servers."""
+    """Connect to ``settings.mcp_servers`` and wrap their tools (see the module docstring); {} without servers.
+    Raises ToolConfigError for a server over the bounds (:func:`check_bounds`), after closing every connection
+    this call opened (stdio servers are stopped)."""
     if not settings.mcp_servers:
         return {}
+    own = hub is None
     hub = hub or McpHub()
     tools: dict[str, Tool] = {}
-    for server in settings.mcp_servers:
-        for tool in _server_tools(hub, server, settings.max_output_chars):
-            tools.setdefault(tool.name, tool)
+    try:
+        for server in settings.mcp_servers:
+            if server.command:
+                hub.connection(server).argv = stdio_argv(server, settings.sandbox.bwrap)
+            for tool in _server_tools(hub, server, settings):
+                tools.setdefault(tool.name, tool)
+    except ToolConfigError:
+        if own:
+            hub.close()
+        raise
     return tools

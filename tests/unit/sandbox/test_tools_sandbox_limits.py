@@ -136,7 +136,7 @@ def test_the_start_says_loudly_which_limits_do_not_hold_for_the_call(caplog: pyt
         PythonSandbox(SandboxSettings())
         default = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == name]
         caplog.clear()
-        PythonSandbox(SandboxSettings(allow_fork=True, memory_mb=300, cpu_seconds=7))
+        PythonSandbox(SandboxSettings(allow_fork=True, memory_mb=300, cpu_seconds=7, cgroup="off"))  # the rlimits only
         forking = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == name]
     assert len(default) == 1 and default[0][0] == logging.INFO
     assert default[0][1].startswith("python sandbox: every limit holds for the whole call")
@@ -147,7 +147,7 @@ def test_the_start_says_loudly_which_limits_do_not_hold_for_the_call(caplog: pyt
 
 def test_require_call_limits_fails_closed_only_when_a_limit_is_not_the_calls() -> None:
     with pytest.raises(SandboxUnavailableError, match=r"require_call_limits .* refuses to start") as caught:
-        PythonSandbox(SandboxSettings(require_call_limits=True, allow_fork=True))
+        PythonSandbox(SandboxSettings(require_call_limits=True, allow_fork=True, cgroup="off"))
     assert "memory_mb=512 (RLIMIT_AS" in str(caught.value)
     tool = PythonSandbox(SandboxSettings(require_call_limits=True))  # one process per call: every limit holds
     assert tool.run({"code": "print(6 * 7)"}).output.strip() == "42"
@@ -175,7 +175,8 @@ def test_limit_scopes_follow_the_fork_setting() -> None:
     assert blind.scope == "none" and "no /proc" in blind.how
 
 
-# --- the per-call cgroup v2 (detected at start; this host has none delegated, see sandbox_cgroup) ---
+# --- the per-call cgroup v2 (detected at start; this host has none delegated, see sandbox_cgroup; the cgroup v1
+# fallback this host uses: test_sandbox_cgroup_v1.py) ---
 
 
 def test_the_start_warning_says_why_no_cgroup_bounds_the_call(caplog: pytest.LogCaptureFixture) -> None:
