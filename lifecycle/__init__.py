@@ -5,7 +5,8 @@
   and the count of samples a version took off the trainer's queue. The fan-out, the trainer, the registry
   fold and the analysis views all call it; a test keeps that arithmetic out of every other module.
 - ``published``: what an ``AdapterPublished`` says (drops by reason, samples dequeued, ``max_staleness``, the
-  auto-promote decision): the typed fields of contract v4 first, the pre-v4 metric keys for older events.
+  auto-promote decision): the typed fields of contract v4 first, the pre-v4 metric keys for older events; and
+  whether those facts are in their domain (the fold refuses an announcement whose facts are not).
 - ``stats``: what one adapter version did while serving (rewards, successes, rollouts, tool calls, groups),
   one definition that the registry, the A/B test, `run`'s progress line and report and the alarms all read,
   and ``Stats``, its fold over the log per (adapter name, version) with the A/B test's per-group outcomes.
@@ -14,7 +15,9 @@
 - ``registry``: the ONE fold of ``adapter-events`` into every version's status (primary, canary, candidates,
   rolled back...), which every service reads; ``lineage_check``: whether an announcement follows its line
   (the fold refuses one that does not).
-- ``actions``: the manual actions (promote, roll back, approve, reject) as the events that do them.
+- ``actions``: the manual actions (promote, roll back, approve, reject) as the events that do them;
+  ``writers``: who may write such an action (the A/B controller, the trainer, or an operator identity
+  ``human:<name>``), which the registry fold checks; the trust boundary beyond it is Kafka ACLs (k8s).
 - ``adapter_state``: the registry fold and the version statistics joined into one ``AdapterState`` per
   version.
 - ``ab``: the A/B decision (guardrails, the mSPRT sequential test, maximum duration, approval and eval gates)

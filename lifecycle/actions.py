@@ -14,7 +14,8 @@ saying why not and what to do instead:
 - :func:`approve`: only a version AWAITING_APPROVAL (``[streams] ab_require_approval``).
 - :func:`reject`: any published version but the primary, not already discarded.
 
-Not covered: writing the event (the CLI does), races with the A/B controller (the fold applies events
+Every event carries its operator as ``human:<name>``: the registry fold refuses a manual action without one
+(:mod:`streamgrpo.lifecycle.writers`). Not covered: writing the event (the CLI does), races with the A/B controller (the fold applies events
 in log order and ignores a promotion of a version discarded meanwhile).
 """
 

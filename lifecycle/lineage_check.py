@@ -1,23 +1,32 @@
 """Whether an ``AdapterPublished`` follows its adapter line's lineage (pure; the registry fold asks).
 
 One forged announcement (version 2147483647, no files, a zero sha256) used to become PRIMARY, and the
-fan-out then requested every new group on a version no worker could load. The trainer publishes
-the versions of a line one after another, each trained from an announced parent, so the fold of
-:mod:`streamgrpo.lifecycle.registry` refuses an announcement (it changes nothing, logged) when:
+fan-out then requested every new group on a version no worker could load. A forged version 64 past the newest
+(issue 38, finding 1) was accepted and rolled back at once, but it stayed the line's newest version, so every
+version the real trainer published next was "not newer" and refused: its samples never left the fan-out's queue
+count and admission stopped requesting groups. The trainer publishes the versions of a line one after another
+(version = the line's newest + 1, whatever its parent: after a rollback the parent is the restored primary), each
+trained from an announced parent, so the fold of :mod:`streamgrpo.lifecycle.registry` refuses an announcement (it
+changes nothing, logged and counted) when:
 
 - its version is below 1 (0 is the base model, never published);
 - its parent is itself, is newer than it, or was never announced (0, the base model, always is);
 - it is not newer than the newest announced version;
-- it jumps more than :data:`MAX_VERSION_GAP` past the newest announced version;
+- it jumps more than :data:`MAX_VERSION_GAP` past the newest announced version, or skips any version at all
+  (it is not the newest + 1): a gap is forged or lost history, and would take the real trainer's next number;
 - it announces an announced version again with another sha256 (:func:`reannounced`; the same version
   with the same sha256 is a redelivery, which changes nothing and is no refusal).
 
-The fold returns a :class:`~streamgrpo.lifecycle.registry.Refused` change with the reason; the streams
-follower turns each refused record into one dead letter (reason code :data:`REASON_CODE`,
-:mod:`streamgrpo.streams.refusals`); the other readers log it.
+The fold also refuses an announcement whose typed facts are out of their domain
+(:func:`streamgrpo.lifecycle.published.out_of_domain`). It returns a :class:`~streamgrpo.lifecycle.registry.Refused`
+change with the reason; the streams follower turns each refused record into one dead letter (reason code
+:data:`REASON_CODE`, :mod:`streamgrpo.streams.refusals`); the other readers log and count it.
 What is not covered: the adapter's files and sha256 (a pure fold cannot read them: a rollout worker
-verifies them before it loads a version and refuses it, logged and counted; the fan-out does not), and
-who may write ``adapter-events`` (Kafka ACLs).
+verifies them before it loads a version and refuses it, logged and counted; the A/B controller rolls it back), a
+forged announcement of exactly the next version (it takes that number; the real trainer's announcement of it is then
+refused as another sha256, and its next one, whose parent is the forged version, is born rolled back once the
+controller rolls the forgery back), and who may write ``adapter-events`` (:mod:`streamgrpo.lifecycle.writers`,
+Kafka ACLs).
 """
 
 from __future__ import annotations
@@ -26,8 +35,8 @@ from collections.abc import Collection
 
 from streamgrpo.avro import records as R
 
-#: Largest step from the newest announced version to a new one. The trainer publishes consecutive
-#: versions; a larger jump is forged or lost history (and would leave the line unable to follow).
+#: A jump past the newest announced version that the reason calls a jump (any gap is refused: the trainer
+#: publishes consecutive versions; a larger one is named as such in the dead letter).
 MAX_VERSION_GAP = 64
 #: The dead-letter reason code of a refused announcement.
 REASON_CODE = "adapter_lineage"
@@ -49,6 +58,9 @@ def refusal(event: R.AdapterPublished, announced: Collection[int], latest: int) 
         return f"v{v} is not newer than v{latest}, the newest announced version (versions only grow)"
     if v > latest + MAX_VERSION_GAP:
         return f"v{v} jumps more than {MAX_VERSION_GAP} versions past v{latest}, the newest announced version"
+    if v != latest + 1:
+        return (f"v{v} skips v{latest + 1}: the next version of the line is v{latest + 1} (the trainer publishes one "
+                f"version after another; a gap would refuse its next ones)")
     return None
 
 

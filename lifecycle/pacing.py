@@ -73,9 +73,9 @@ class Pacing:
     samples_per_step: int  # samples the trainer consumes per optimizer step (one version per step)
 
     def __post_init__(self) -> None:
-        if self.max_staleness < 0 or self.samples_per_step < 1:
-            raise ValueError(f"pacing needs max_staleness >= 0 and samples_per_step >= 1 "
-                             f"(got {self.max_staleness}, {self.samples_per_step})")
+        why = settings_error(self.max_staleness, self.samples_per_step)
+        if why is not None:
+            raise ValueError(why)
 
     @property
     def admission_budget(self) -> int:
@@ -86,6 +86,15 @@ class Pacing:
     def intake_capacity(self) -> int:
         """Records the trainer's intake holds at most: the admission budget plus one step."""
         return self.admission_budget + self.samples_per_step
+
+
+def settings_error(max_staleness: int, samples_per_step: int) -> str | None:
+    """Why the two settings are outside their domain (``max_staleness >= 0``, ``samples_per_step >= 1``), or None;
+    :class:`Pacing` and the registry fold's check of an announcement's recorded ``max_staleness`` ask."""
+    if max_staleness < 0 or samples_per_step < 1:
+        return (f"pacing needs max_staleness >= 0 and samples_per_step >= 1 "
+                f"(got {max_staleness}, {samples_per_step})")
+    return None
 
 
 def versions_behind(current: int, behaviour: int, chain: Sequence[int] | None = None) -> int:

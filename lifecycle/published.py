@@ -14,12 +14,21 @@ only; for one release (v4) the trainer still writes the old keys beside the type
 so that a v3 reader still running during an upgrade (which cannot see the new fields) admits and analyses as
 before. v4 readers never read those keys from an event whose typed fields are set.
 
+:func:`out_of_domain` says why an announcement's facts cannot be true (issue 38, finding 2: one forged
+``samples_dequeued = -10**12`` made admission wait for a trillion samples, for ever and after every restart): a
+negative ``samples_dequeued``, ``max_staleness``, drop count or trainer step, more samples dequeued than the records of
+its ``training-samples`` lineage (the trainer's count is those records less the ones never queued), a lineage range
+that ends before it starts, and pre-v4 keys (``dropped_<reason>``, ``max_staleness``) that are not finite numbers >= 0.
+The registry fold refuses such an announcement (:mod:`streamgrpo.lifecycle.registry`), so no reader counts it.
+
 What is not covered: a writer that fills some typed fields and not others is read field by field (each null
-field falls back on its own); there is no check that a v4 writer's legacy keys agree with its typed fields.
+field falls back on its own); there is no check that a v4 writer's legacy keys agree with its typed fields; values
+inside the domain but false (a plausible forged count) are not detectable from the event alone.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypedDict
 
@@ -74,6 +83,33 @@ def max_staleness(event: Published) -> int | None:
         return event.max_staleness
     legacy = event.metrics.get(pacing.MAX_STALENESS_METRIC)
     return None if legacy is None else int(legacy)
+
+
+def out_of_domain(event: R.AdapterPublished) -> str | None:
+    """Why the facts ``event`` records are outside their domain (see the module docstring), or None."""
+    if event.trainer_step < 0:
+        return f"trainer_step {event.trainer_step} is negative"
+    broken = [r for r in event.lineage if r.start < 0 or r.end < r.start]
+    if broken:
+        return f"lineage range {broken[0].topic}[{broken[0].partition}] {broken[0].start}..{broken[0].end} is not a range"
+    legacy = {k: v for k, v in event.metrics.items()
+              if k == pacing.MAX_STALENESS_METRIC or k.startswith(pacing.DROP_METRIC_PREFIX)}
+    bad = next((k for k, v in legacy.items() if not math.isfinite(v) or v < 0), None)
+    if bad is not None:
+        return f"metric {bad} = {legacy[bad]} is not a count (a finite number >= 0)"
+    negative = next((reason for reason, n in drops(event).items() if n < 0), None)
+    if negative is not None:
+        return f"drops[{negative}] = {drops(event)[negative]} is negative"
+    staleness = max_staleness(event)
+    invalid = None if staleness is None else pacing.settings_error(staleness, 1)
+    if invalid is not None:
+        return f"max_staleness {staleness} is negative ({invalid})"
+    dequeued, records = samples_dequeued(event), lineage_records(event.lineage)
+    if dequeued < 0:
+        return f"samples_dequeued {dequeued} is negative"
+    if dequeued > records:
+        return f"samples_dequeued {dequeued} exceeds the {records} records of its training-samples lineage"
+    return None
 
 
 def auto_promote(event: Published, canary_share: float) -> bool:

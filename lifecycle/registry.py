@@ -26,6 +26,13 @@ Per adapter name (a :class:`Line`), with ``canary_share`` (the ``[loop]`` settin
   :attr:`Line.test_since` against the primary's groups since then, and a verdict acts on the newest.
   A version whose parent was rolled back or rejected is born rolled back (it was trained from
   discarded weights; the A/B controller also writes the event that says so).
+- An announcement whose typed facts are out of their domain (:func:`streamgrpo.lifecycle.published.out_of_domain`:
+  a negative ``samples_dequeued``, ``max_staleness``, drop count...) is refused the same way: every reader counts
+  ``samples_dequeued`` into the trainer's queue, so one forged count would stall admission for good.
+- A lifecycle action (promote, roll back, approve, reject, verdict) is refused (a :class:`Refused` change, nothing
+  else) when it names a version never announced (a negative one, v0 for all but a rollback's restored version) or,
+  for promote / roll back / approve / reject, when its writer may not act
+  (:mod:`~streamgrpo.lifecycle.writers`: neither the A/B controller nor the trainer, and no operator identity).
 - ``AdapterPromoted`` makes its version the primary (older candidates become retired).
 - ``AdapterApproved`` of a version awaiting approval promotes it; otherwise it is only history.
 - ``AdapterRolledBack`` restores ``restored_version`` as the primary and rolls back its version and
@@ -42,20 +49,23 @@ Statuses (:func:`status`): PRIMARY, REJECTED, ROLLED_BACK, AWAITING_APPROVAL, CA
 the primary or retired by a verdict), CANDIDATE (an older version of the line under test, no longer
 serving; its groups still count in the test). Version 0 is the base model.
 Idempotent: a redelivered event changes nothing (events are keyed by id; an announcement by version).
+Every refusal is logged (WARNING) and counted (:attr:`AdapterRegistry.refused`, by event type); the readers that hold
+the raw record dead-letter it (the streams follower, :mod:`streamgrpo.streams.refusals`).
 What is not covered: a version's live statistics (:mod:`streamgrpo.lifecycle.stats`), several trainers
-publishing into one adapter name.
+publishing into one adapter name, a writer that forges an identity (:mod:`~streamgrpo.lifecycle.writers`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypeAlias
 
 from streamgrpo.avro import records as R
-from streamgrpo.lifecycle import lineage_check, published
+from streamgrpo.lifecycle import lineage_check, published, writers
 from streamgrpo.topics.dedup import RecentIds
 
 AdapterEvent: TypeAlias = (R.AdapterPublished | R.AdapterPromoted | R.AdapterRolledBack | R.AdapterApproved
@@ -184,13 +194,16 @@ class RolledBack:
 
 @dataclass(frozen=True)
 class Refused:
-    """An ``AdapterPublished`` that changed nothing because it does not follow its line
-    (:mod:`~streamgrpo.lifecycle.lineage_check`); ``reason`` says why. The fold's readers that own a
-    dead-letter path write one per refused record (the streams follower)."""
+    """An event that changed nothing because the fold refused it (see the module docstring): an ``AdapterPublished``
+    that does not follow its line (:mod:`~streamgrpo.lifecycle.lineage_check`) or whose facts are out of their
+    domain, or a lifecycle action on a version never announced or by a writer that may not act
+    (:mod:`~streamgrpo.lifecycle.writers`); ``reason`` says why, ``event_type`` which event it was. The fold's
+    readers that own a dead-letter path write one per refused record (the streams follower)."""
 
     adapter_name: str
     version: int
     reason: str
+    event_type: str = "AdapterPublished"
 
 
 Change: TypeAlias = Announced | PrimaryChanged | RolledBack | Refused
@@ -219,6 +232,11 @@ def apply(state: RegistryState, event: R.Event, canary_share: float) -> tuple[Re
     if not isinstance(event, LIFECYCLE_EVENTS):
         return state, []
     line = state.line(event.adapter_name)
+    why = None if isinstance(event, R.AdapterPublished) else _action_refusal(line, event)
+    if why is not None:
+        kind = type(event).__name__
+        log.warning("%s %s@v%d refused: %s", kind, event.adapter_name, event.version, why)
+        return state, [Refused(event.adapter_name, event.version, why, kind)]
     new, changes, ended = _HANDLERS[type(event)](line, event, canary_share)
     if new == line:
         return state, changes  # nothing, or the Refused of an announcement that does not follow its line
@@ -226,6 +244,23 @@ def apply(state: RegistryState, event: R.Event, canary_share: float) -> tuple[Re
     if new.primary != line.primary:
         changes.append(PrimaryChanged(event.adapter_name, new.primary))
     return RegistryState({**state.lines, event.adapter_name: new}), changes
+
+
+def _action_refusal(line: Line, event: AdapterEvent) -> str | None:
+    """Why a lifecycle action (not an announcement) may not act on ``line``, or None (see the module docstring)."""
+    if isinstance(event, writers.ACTIONS):
+        why = writers.refusal(event)
+        if why is not None:
+            return why
+    kind = type(event).__name__
+    if event.version not in line.announced:
+        base = " (v0 is the base model: never published, promoted or rolled back)" if event.version == 0 else ""
+        return f"{kind} names v{event.version}, which was never announced{base}"
+    if isinstance(event, R.AdapterRolledBack):
+        restored = event.restored_version
+        if restored < 0 or (restored and restored not in line.announced):
+            return f"{kind} of v{event.version} restores v{restored}, which was never announced"
+    return None
 
 
 def _settle(line: Line, at: datetime, canary_share: float, test_ended: bool) -> Line:
@@ -254,9 +289,10 @@ Outcome: TypeAlias = tuple[Line, list[Change], bool]  # (line, changes, the runn
 
 def _published(line: Line, event: R.AdapterPublished, canary_share: float) -> Outcome:
     v = event.version
-    if v in line.announced:
+    why = published.out_of_domain(event)
+    if why is None and v in line.announced:
         why = lineage_check.reannounced(event, line.announced[v].sha256)
-    else:
+    elif why is None:
         why = lineage_check.refusal(event, line.announced, line.latest)
     if why is not None:
         log.warning("AdapterPublished %s@v%d refused: %s", event.adapter_name, v, why)
@@ -380,17 +416,20 @@ def ancestors(line: Line, version: int) -> list[int]:
 
 class AdapterRegistry:
     """A :class:`RegistryState` that folds events in place (``fold_events(registry.apply)``); a redelivered
-    lifecycle event (same event id) is dropped, so its decision is not recorded twice."""
+    lifecycle event (same event id) is dropped, so its decision is not recorded twice. :attr:`refused` counts the
+    events the fold refused, by event type."""
 
     def __init__(self, canary_share: float = 0.0) -> None:
         self.canary_share = canary_share
         self.state = RegistryState()
         self.applied = RecentIds(100_000)  # ids of the lifecycle events folded
+        self.refused: Counter[str] = Counter()
 
     def apply(self, event: R.Event) -> list[Change]:
         if not isinstance(event, LIFECYCLE_EVENTS) or self.applied.seen(event.event_id):
             return []
         self.state, changes = apply(self.state, event, self.canary_share)
+        self.refused.update(c.event_type for c in changes if isinstance(c, Refused))
         return changes
 
     def line(self, adapter_name: str) -> Line:

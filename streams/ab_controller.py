@@ -25,7 +25,11 @@ whose content changed (the base model included) on the compacted ``adapter-regis
 read the current state without replaying. One leader: every worker running ``ab`` also consumes
 ``adapter-events`` (one partition) in the app's consumer group, and only the worker that holds that
 partition decides and publishes; during a rebalance the lease may move (identical decisions of two
-workers carry the same deterministic id and are folded once).
+workers carry the same deterministic id and are folded once). Its events are written as
+:data:`~streamgrpo.lifecycle.writers.AB_CONTROLLER`, the producer the fold lets act without an operator identity; the
+controller's fold refuses what every fold refuses (forged announcements, actions on versions never announced or by
+writers that may not act), logged and counted (``Lifecycle.registry.refused``); the streams follower dead-letters
+those records.
 What is not covered: more than one adapter name per controller (``[loop] adapter_name``); the
 start-up replay reads those topics from the beginning (planner-actions included), O(history).
 """
@@ -52,6 +56,7 @@ from streamgrpo.lifecycle.adapter_state import adapter_states, content_key
 from streamgrpo.lifecycle.file_check import FileCheck
 from streamgrpo.lifecycle.registry import AdapterRegistry, Line, ancestors
 from streamgrpo.lifecycle.stats import Stats
+from streamgrpo.lifecycle.writers import AB_CONTROLLER
 from streamgrpo.models.errors import AdapterActionError
 from streamgrpo.streams import faust_transport
 from streamgrpo.streams.app import FaustStream, StreamsContext
@@ -60,7 +65,7 @@ from streamgrpo.topics import catalog
 
 log = logging.getLogger(__name__)
 TOPICS = (catalog.ADAPTER_EVENTS, catalog.REWARDS, catalog.PLANNER_ACTIONS, catalog.GROUPS, catalog.EVALUATIONS)
-SERVICE = "ab-controller"
+SERVICE = AB_CONTROLLER  # the producer the registry fold trusts to act on its own (lifecycle.writers)
 
 
 def choose_version(line: Line, group_id: str, canary_share: float) -> int:

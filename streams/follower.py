@@ -9,8 +9,11 @@
   counted as produced) -> samples waiting for the trainer.
 These feed admission (:func:`~streamgrpo.lifecycle.pacing.admit`, by way of the fan-out) and the version choice. (The A/B
 controller keeps its own follower: :mod:`streamgrpo.streams.ab_controller`.) ``apply`` returns the
-announcements the registry fold refused; the follower dead-letters them, and the records of
-``adapter-events`` that do not decode (:mod:`streamgrpo.streams.refusals`).
+events the registry fold refused (announcements off their lineage or with facts out of their domain, lifecycle
+actions on versions never announced or by writers that may not act: :mod:`streamgrpo.lifecycle.registry`); the
+follower dead-letters them, and the records of ``adapter-events`` that do not decode
+(:mod:`streamgrpo.streams.refusals`). A refused announcement's ``samples_dequeued`` is never counted, so a forged
+count cannot stall admission.
 
 :class:`StreamsFollower` runs the fold under the project's one log follower
 (:class:`~streamgrpo.topics.follow.LogFollower`: every partition, no consumer group, so every worker
@@ -80,7 +83,7 @@ class LoopView:
                     self.control.add(group_id)
 
     def apply(self, event: R.Event) -> list[Refused]:
-        """Fold one event; returns the announcements the registry refused (they changed nothing)."""
+        """Fold one event; returns the events the registry refused (they changed nothing)."""
         if isinstance(event, R.RolloutRequest):
             self.note_requested(event.envelope.group_id or "", event.group_size,
                                 event.metadata.get(pacing.AB_ARM_KEY) == pacing.CONTROL_ARM)

@@ -22,7 +22,8 @@ def published(version: int, parent: int | None) -> R.AdapterPublished:
     ("version", "parent", "fragment"),
     [(2147483647, 2, "jumps more than"), (2147483647, None, "jumps more than"), (-1, None, "not a published"),
      (0, None, "not a published"), (3, 3, "itself"), (3, 9, "newer version"), (3, 0, None), (3, 2, None),
-     (4, 3, "never announced"), (1, None, "not newer"), (2 + MAX_VERSION_GAP, 2, None)],
+     (4, 3, "never announced"), (1, None, "not newer"), (2 + MAX_VERSION_GAP, 2, "skips v3"), (4, 2, "skips v3"),
+     (3 + MAX_VERSION_GAP, 2, "jumps more than")],
 )
 def test_forged_announcements_never_serve(version: int, parent: int | None, fragment: str | None) -> None:
     for canary_share in (0.0, 0.5):

@@ -19,7 +19,7 @@ S = R.AdapterStatus
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def env(service: str = "ab", at: int = 0) -> R.Envelope:
+def env(service: str = "ab-controller", at: int = 0) -> R.Envelope:
     e = R.Envelope.new(service)
     return R.Envelope(e.event_id, T0 + timedelta(seconds=at), e.producer)
 
@@ -169,8 +169,8 @@ def test_redelivered_decisions_are_folded_once() -> None:
 
 
 def test_names_are_separate_and_other_events_are_ignored() -> None:
-    state, changes = apply(RegistryState(), published(3, name="other", parent=None), 0.0)
-    assert state.line("other").primary == 3 and state.line("planner").primary == 0
+    state, changes = apply(RegistryState(), published(1, name="other", parent=None), 0.0)
+    assert state.line("other").primary == 1 and state.line("planner").primary == 0
     same, none = apply(state, R.Task(R.Envelope.new("t"), "q", "s", 2), 0.0)
     assert same is state and none == []
 

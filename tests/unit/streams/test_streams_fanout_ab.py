@@ -125,5 +125,5 @@ def test_choice_with_a_canary_is_a_stable_share_of_groups() -> None:
     share = sum(choose_version(reg.line("planner"), g, 0.25) == 1 for g in groups) / len(groups)
     assert 0.2 < share < 0.3
     assert choose_version(reg.line("planner"), groups[0], 0.25) == choose_version(reg.line("planner"), groups[0], 0.25)
-    reg.apply(R.AdapterRolledBack(R.Envelope.new("ab"), "planner", 1, 0, "worse"))
+    reg.apply(R.AdapterRolledBack(R.Envelope.new("ab-controller"), "planner", 1, 0, "worse"))
     assert all(choose_version(reg.line("planner"), g, 0.25) == 0 for g in groups[:50])
