@@ -3,22 +3,39 @@
 ``solve(question)`` builds a Task (source ``mcp:<client>``, group size 1, deterministic group and rollout ids
 derived from the task id as the fan-out derives them) and runs its one rollout with
 :meth:`~streamgrpo.rollout.worker.RolloutWorker.run_group_sync` -- the worker's own path: a rolled-back
-version serves the primary instead, a version > 0 is waited for (``adapter_wait_s``), verified and pinned.
-The version is the PRIMARY one (as the adapter follower's registry says) unless the call pins
+version serves the primary instead, a version > 0 is waited for (``adapter_wait_s``, at most ``version_wait_s``),
+verified and pinned. The version is the PRIMARY one (as the adapter follower's registry says) unless the call pins
 ``planner@vN``. With a broker, the Task and every rollout event are produced and flushed before the answer
-returns; ``feedback(rollout_id, score, comment)`` then produces a human Reward (judge ``human:mcp:<client>``).
+returns; ``feedback(rollout_id, score, comment, feedback_token)`` then produces a human Reward (judge
+``human:mcp:<client>``).
+
+Bounds (:mod:`.bounds`): a question beyond ``max_question_bytes`` is refused; a question whose planner prompt would
+exceed ``max_prompt_tokens`` is cut to fit (the reply says so, and the Task records the cut question); a pinned
+version that is not announced within ``version_wait_s`` is refused (:meth:`ServeAgent.version_announced` lets the
+server wait on its event loop, holding no thread). A call whose client gave up (``cancel`` set) stops at its next
+event: its rollout ends as ERROR ``cancelled``.
+
+Feedback is authorised: only on a rollout this server answered with ``solve`` (never a training rollout read from
+``rollouts``), by the client it was served to (its MCP client name) holding the ``feedback_token`` that ``solve``
+returned to it (a secret of that one reply: the client name alone is only what a client claims to be). The score
+is a number from 0 to 1 (:func:`~streamgrpo.topics.sdk.score_problem`).
 
 Without a broker (``recorder`` None) the base model (v0) answers, nothing is recorded, and the answer says so.
 
 What is not covered: the comment of ``feedback`` travels only in the reply and the log (the Reward schema has
 no free-text field); the Task also reaches the streams fan-out, which runs it as a training group of its
-own (its rollout ids are the ones served here, so downstream dedup by event id keeps the first copy).
+own (its rollout ids are the ones served here, so downstream dedup by event id keeps the first copy); feedback
+on a rollout served before this process started (served rollouts and their tokens live in memory, the last
+:data:`MAX_SERVED`); stopping a model call in the middle of a turn (a cancelled call stops at its next event).
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
+import secrets
+import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -29,14 +46,25 @@ from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import LoopContext
+from streamgrpo.serve.bounds import ServeLimits, check_question, fit_question
 
 log = logging.getLogger(__name__)
 _PIN = re.compile(r"^(?:(?P<name>[A-Za-z0-9_.-]+)@)?v?(?P<version>\d+)$")
 NOT_RECORDED = "no broker: this call was answered by the base model (v0) and is not recorded as events"
+#: Served rollouts remembered for ``feedback`` (the oldest is forgotten first).
+MAX_SERVED = 10_000
 
 
 class ServeError(StreamGRPOError):
     """A serve call cannot be done (bad pin, unknown rollout, no broker for feedback)."""
+
+
+class FeedbackRefused(ServeError):
+    """Feedback on a rollout this server did not serve to the caller (or without its token)."""
+
+
+class SolveCancelled(Exception):  # noqa: N818 - not a StreamGRPOError: the rollout loop must not make it an ERROR
+    """The client of a ``solve`` gave up; raised from the event sink to stop the rollout at its next event."""
 
 
 class Producer(Protocol):
@@ -44,14 +72,27 @@ class Producer(Protocol):
     def flush(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Served:
+    """A rollout answered by ``solve``: the client it was served to and the secret its feedback must carry."""
+
+    done: R.RolloutCompleted
+    client: str
+    token: str
+
+
 @dataclass
 class _Sink:
-    """What the worker's group runner writes to: kept for the reply, forwarded to the producer when there is one."""
+    """What the worker's group runner writes to: kept for the reply, forwarded to the producer when there is one;
+    raises SolveCancelled once ``cancel`` is set."""
 
     producer: Producer | None
     events: list[R.Event] = field(default_factory=list)
+    cancel: threading.Event | None = None
 
     def send(self, event: R.Event) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise SolveCancelled("the client gave up on this call")
         self.events.append(event)
         if self.producer is not None:
             self.producer.send(event)
@@ -87,9 +128,14 @@ class ServeAgent:
     """``solve`` / ``adapters`` / ``feedback`` (see the module docstring). Thread-safe: calls may overlap."""
 
     def __init__(self, cfg: RolloutConfig, ctx: LoopContext, *, producer: Producer | None = None,
-                 follower: Any = None, kafka: Any = None) -> None:
+                 follower: Any = None, kafka: Any = None, limits: ServeLimits | None = None) -> None:
+        self.limits = limits or ServeLimits()
+        # a worker thread waits for a pinned version to load at most version_wait_s (its announcement is awaited on
+        # the server's event loop first: version_announced)
+        cfg = cfg.model_copy(update={"adapter_wait_s": min(cfg.adapter_wait_s, self.limits.version_wait_s)})
         self.cfg, self.ctx, self.producer, self.follower, self.kafka = cfg, ctx, producer, follower, kafka
-        self._done: OrderedDict[str, R.RolloutCompleted] = OrderedDict()
+        self._served: OrderedDict[str, Served] = OrderedDict()
+        self._lock = threading.Lock()
 
     @property
     def recording(self) -> bool:
@@ -98,11 +144,45 @@ class ServeAgent:
     def primary(self) -> int:
         return int(self.follower.primary(self.cfg.adapter_name)) if self.follower is not None else 0
 
-    def solve(self, question: str, client: str, version: str | None = None) -> dict[str, Any]:
-        from streamgrpo.topics.sdk import make_task
+    def version_announced(self, version: str | None) -> bool:
+        """Whether a call pinned to ``version`` can start without waiting for an announcement (never blocks)."""
+        pinned = parse_pin(version, self.cfg.adapter_name)
+        if not pinned or self.follower is None:
+            return True
+        return bool(self.follower.wait_announced(self.cfg.adapter_name, pinned, 0.0))
 
+    def solve(self, question: str, client: str, version: str | None = None,
+              cancel: threading.Event | None = None) -> dict[str, Any]:
+        check_question(question, self.limits)
         pinned = parse_pin(version, self.cfg.adapter_name)
         asked = self.primary() if pinned is None else pinned
+        fitted, cut = fit_question(question, self.ctx)
+        request, task = self._request(fitted, client, asked)
+        sink = _Sink(self.producer, cancel=cancel)
+        sink.send(task)
+        results = self._run(request, sink)
+        sink.flush()
+        done = next(e for e in sink.events if isinstance(e, R.RolloutCompleted))
+        token = self._remember(done, client)
+        result = results[0]
+        reply: dict[str, Any] = {
+            "answer": result.final_answer, "status": result.status.value, "rollout_id": request.envelope.rollout_id,
+            "adapter": f"{self.cfg.adapter_name}@v{result.adapter_version}", "version": result.adapter_version,
+            "trace": trace(sink.events), "recorded": self.recording, "feedback_token": token,
+        }
+        if result.error:
+            reply["error"] = result.error
+        if cut:
+            reply["question_cut"] = (f"the question was cut from {len(question.strip()):,} to {len(fitted):,} "
+                                     "characters (its start and end kept) to fit the planner's prompt budget "
+                                     f"([rollout] max_prompt_tokens = {self.ctx.max_prompt_tokens})")
+        if not self.recording:
+            reply["note"] = NOT_RECORDED
+        return reply
+
+    def _request(self, question: str, client: str, asked: int) -> tuple[R.RolloutRequest, R.Task]:
+        from streamgrpo.topics.sdk import make_task
+
         task = make_task(question, source=f"mcp:{client}", group_size=1, service="mcp",
                          metadata={"served_by": "mcp", "client": client}, task_id=str(uuid.uuid4()))
         task_id = str(task.envelope.task_id)
@@ -116,34 +196,30 @@ class ServeAgent:
             question=task.question, source=task.source, rollout_index=0, group_size=1,
             adapter_name=self.cfg.adapter_name, adapter_version=asked, max_turns=self.cfg.max_turns,
             sampling=sampling, metadata=dict(task.metadata))
-        sink = _Sink(self.producer)
-        sink.send(task)
-        results = self._run(request, sink)
-        sink.flush()
-        done = next(e for e in sink.events if isinstance(e, R.RolloutCompleted))
-        self._remember(done)
-        result = results[0]
-        reply: dict[str, Any] = {
-            "answer": result.final_answer, "status": result.status.value, "rollout_id": rollout,
-            "adapter": f"{self.cfg.adapter_name}@v{result.adapter_version}", "version": result.adapter_version,
-            "trace": trace(sink.events), "recorded": self.recording,
-        }
-        if result.error:
-            reply["error"] = result.error
-        if not self.recording:
-            reply["note"] = NOT_RECORDED
-        return reply
+        return request, task
 
     def _run(self, request: R.RolloutRequest, sink: _Sink) -> list[Any]:
+        from streamgrpo.rollout.loop import fail_group
         from streamgrpo.rollout.worker import RolloutWorker
 
         worker = RolloutWorker(self.cfg, self.kafka, self.ctx, sink, self.follower)  # per call: its own sink
-        return worker.run_group_sync([request])
+        try:
+            return worker.run_group_sync([request])
+        except SolveCancelled:
+            log.info("solve of rollout %s stopped: its client gave up", request.envelope.rollout_id)
+            ended = _Sink(self.producer)  # the rollout ends as ERROR: the log holds no half rollout
+            fail_group([request], self.ctx, ended.send, "cancelled: the client gave up on the call")
+            ended.flush()
+            raise ServeError("the call was cancelled: the client gave up") from None
 
-    def _remember(self, done: R.RolloutCompleted) -> None:
-        self._done[str(done.envelope.rollout_id)] = done
-        while len(self._done) > 10_000:
-            self._done.popitem(last=False)
+    def _remember(self, done: R.RolloutCompleted, client: str) -> str:
+        """Record that ``done`` was served to ``client``; returns the secret its feedback must carry."""
+        token = secrets.token_urlsafe(18)
+        with self._lock:
+            self._served[str(done.envelope.rollout_id)] = Served(done, client, token)
+            while len(self._served) > MAX_SERVED:
+                self._served.popitem(last=False)
+        return token
 
     def adapters(self) -> list[dict[str, Any]]:
         """Versions and their lifecycle status; without a broker only the base model."""
@@ -158,20 +234,29 @@ class ServeAgent:
         primary = self.primary()
         return [{**row(view.state(v, now), now), "version": v, "serving": v == primary} for v in view.versions]
 
-    def feedback(self, rollout_id: str, score: float, comment: str, client: str) -> dict[str, Any]:
-        """A human Reward (judge ``human:mcp:<client>``) for a rollout this server answered (or one on ``rollouts``)."""
-        from streamgrpo.topics.sdk import Label, human_reward, label_rollouts
+    def feedback(self, rollout_id: str, score: float, comment: str, client: str, token: str = "") -> dict[str, Any]:
+        """A human Reward (judge ``human:mcp:<client>``) for a rollout this server answered to ``client``, checked
+        with its ``feedback_token``; FeedbackRefused for any other rollout, LabelError for a score outside [0, 1]."""
+        from streamgrpo.topics.sdk import human_reward
 
         if self.producer is None or self.kafka is None:
             raise ServeError(f"feedback cannot be recorded: {NOT_RECORDED}")
-        by = f"mcp:{client}"
-        done = self._done.get(rollout_id)
-        if done is not None:
-            reward = human_reward(done, score, by)
-            self.producer.send(reward)
-            self.producer.flush()
-        else:
-            reward = label_rollouts(self.kafka, [Label(rollout_id, score)], by)[0]
+        served = self._authorise(rollout_id, client, token)
+        reward = human_reward(served.done, score, f"mcp:{client}")
+        self.producer.send(reward)
+        self.producer.flush()
         log.info("feedback %s on rollout %s by %s: %s", score, rollout_id, reward.judge.name, comment[:500])
         return {"rollout_id": rollout_id, "score": reward.score, "judge": reward.judge.name,
                 "adapter": f"{reward.adapter_name}@v{reward.adapter_version}", "recorded": True}
+
+    def _authorise(self, rollout_id: str, client: str, token: str) -> Served:
+        """The served rollout ``rollout_id`` when ``client`` holds its token; FeedbackRefused otherwise."""
+        with self._lock:
+            served = self._served.get(rollout_id)
+        if served is None:
+            raise FeedbackRefused(f"rollout {rollout_id!r} was not answered by this server's `solve` (or before it "
+                                  "restarted): feedback is only for answers this server gave you")
+        if served.client != client or not hmac.compare_digest(served.token.encode(), (token or "").encode()):
+            raise FeedbackRefused(f"rollout {rollout_id!r} was not served to this client with that token: pass the "
+                                  "feedback_token that `solve` returned with the answer")
+        return served

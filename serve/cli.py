@@ -16,6 +16,8 @@ from typing import Any
 
 import click
 
+from streamgrpo.serve.bounds import ServeLimits
+
 log = logging.getLogger(__name__)
 
 
@@ -54,10 +56,16 @@ def _start_follower(cfg: Any, kafka: Any, policy: Any) -> tuple[Any, threading.E
 @click.option("--no-broker", is_flag=True, help="Do not record events (answer with the base model).")
 @click.option("--model", default=None, help="Base model (alias, local dir). Default: smollm2-135m-instruct.")
 @click.option("--max-turns", type=int, default=None, help="Turn budget of one solve (default [loop] max_turns).")
+@click.option("--max-question-bytes", type=click.IntRange(1, 1_000_000), default=ServeLimits.max_question_bytes,
+              show_default=True, help="Longest question (UTF-8 bytes) a solve accepts; a longer one is an error at "
+              "once. A question whose prompt exceeds [rollout] max_prompt_tokens is cut to fit.")
+@click.option("--version-wait-s", type=click.FloatRange(0, 3600), default=ServeLimits.version_wait_s,
+              show_default=True, help="How long a solve pinned to a version waits for it to be published and loaded.")
 @click.pass_context
 def serve(ctx: click.Context, transport: str, host: str, port: int, bootstrap: str | None, no_broker: bool,
-          model: str | None, max_turns: int | None) -> None:
-    """Serve the trained agent as an MCP server: tools solve(question), adapters(), feedback(rollout_id, score)."""
+          model: str | None, max_turns: int | None, max_question_bytes: int, version_wait_s: float) -> None:
+    """Serve the trained agent as an MCP server: tools solve(question), adapters(), feedback(rollout_id, score,
+    feedback_token)."""
     from streamgrpo.config import KafkaSettings, load
     from streamgrpo.rollout.config import RolloutConfig
     from streamgrpo.rollout.runtime import build_context, build_policy
@@ -82,7 +90,7 @@ def serve(ctx: click.Context, transport: str, host: str, port: int, bootstrap: s
         log.warning("no broker at %s: calls are answered by the base model (v0) and NOT recorded as events",
                     kafka.bootstrap)
     agent = ServeAgent(cfg, build_context(cfg, policy), producer=producer, follower=follower,
-                       kafka=kafka if recording else None)
+                       kafka=kafka if recording else None, limits=ServeLimits(max_question_bytes, version_wait_s))
     server = build_server(agent)
     try:
         if transport == "http":

@@ -88,6 +88,11 @@ class Window:
         event = await self.ctx.decode(ev, (R.Reward, R.PlannerAction, R.RolloutCompleted))
         if event is None:
             return
+        if isinstance(event, R.Reward) and (bad := W.reward_problem(event)) is not None:
+            # not finite, or a person's outside [0, 1]: never folded (nor observed), dead-lettered like out_of_bounds
+            await self.ctx.dead_letter(topic, ev.message.partition, ev.message.offset, ev.key, ev.value,
+                                       "out_of_bounds", bad)
+            return
         if isinstance(event, R.Reward) and self.ctx.on_reward is not None:
             self.ctx.on_reward(event)  # the metrics of this worker (they have no agent of their own beside the window)
         if not event.envelope.group_id or not event.envelope.rollout_id:

@@ -48,7 +48,8 @@ async def _session(target: Any, calls: list[tuple[str, dict[str, Any]]]) -> list
         out = []
         for name, args in calls:
             if name == "feedback" and "rollout_id" not in args:
-                args = {**args, "rollout_id": out[0].structured_content["rollout_id"]}
+                served = out[0].structured_content
+                args = {**args, "rollout_id": served["rollout_id"], "feedback_token": served["feedback_token"]}
             out.append(await client.call_tool(name, args, read_timeout_seconds=120))
         return out
 
