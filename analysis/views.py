@@ -167,6 +167,8 @@ TRAJECTORIES = View(
         "sample_id": "TrainingSample event id (NULL: no sample).", "advantage": "Trajectory advantage.",
         "sample_partition": "Partition of the sample record.", "sample_offset": "Offset of the sample record.",
         "trained_version": "Adapter version the sample trained (NULL: not trained, or not yet).",
+        "demo_source": "Where the rollout's demonstration came from (its planner replies were given, not sampled; "
+                       "trained by likelihood); NULL: sampled by the policy.",
     },
     f"""
     WITH t AS (SELECT task_id, arg_min(question, event_time) AS question, arg_min(source, event_time) AS source,
@@ -191,7 +193,7 @@ TRAJECTORIES = View(
            coalesce(v.continues, 0) AS continues, r.score AS reward, r.status AS reward_status, r.judge,
            r.error AS reward_error, g.status AS group_status, g.trains AS group_trains, g.reason AS group_reason,
            s.event_id AS sample_id, s.advantage, s.kafka_partition AS sample_partition,
-           s.kafka_offset AS sample_offset, l.trained_version
+           s.kafka_offset AS sample_offset, l.trained_version, c.demo_source
     FROM rollout_requests q
     LEFT JOIN t ON t.task_id = q.task_id
     LEFT JOIN rollouts c ON c.rollout_id = q.rollout_id

@@ -192,6 +192,15 @@ class Event(AvroRecord):
 
 
 @dataclass(frozen=True)
+class Demonstration(AvroRecord):
+    """A worked solution: the planner's replies in order (each one JSON object), executed through the real tools."""
+
+    SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.Demonstration"
+    steps: list[str]
+    source: str
+
+
+@dataclass(frozen=True)
 class Task(Event):
     SCHEMA_NAME: ClassVar[str] = f"{NAMESPACE}.Task"
     envelope: Envelope
@@ -200,6 +209,7 @@ class Task(Event):
     group_size: int
     ground_truths: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
+    demonstration: Demonstration | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +235,7 @@ class RolloutRequest(Event):
     max_turns: int
     sampling: SamplingParams
     metadata: dict[str, str] = field(default_factory=dict)
+    demonstration: Demonstration | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +256,7 @@ class PlannerAction(Event):
     is_final: bool = False
     engine: str | None = None
     role: str = "planner"
+    demo_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -286,6 +298,7 @@ class RolloutCompleted(Event):
     duration_ms: int
     error: str | None = None
     tool_calls: dict[str, int] = field(default_factory=dict)
+    demo_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -320,6 +333,7 @@ class Reward(Event):
     components: list[RewardComponent] = field(default_factory=list)
     cached: bool = False
     tool_calls: dict[str, int] = field(default_factory=dict)
+    demo_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -362,6 +376,7 @@ class TrainingSample(Event):
     adapter_name: str
     behaviour_version: int
     sampling: SamplingParams | None = None
+    demo_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -578,6 +593,7 @@ RECORD_TYPES: dict[str, type[AvroRecord]] = {
     **EVENT_TYPES,
     **{
         c.SCHEMA_NAME: c
-        for c in (Producer, Envelope, SamplingParams, RewardComponent, JudgeInfo, SampleTurn, OffsetRange)
+        for c in (Producer, Envelope, SamplingParams, RewardComponent, JudgeInfo, SampleTurn, OffsetRange,
+                  Demonstration)
     },
 }

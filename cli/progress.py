@@ -38,7 +38,54 @@ from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD, VersionStats, carries_
 from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
 
-TOPICS = (catalog.TASKS, catalog.ROLLOUT_REQUESTS, catalog.ROLLOUTS, catalog.REWARDS, catalog.GROUPS, catalog.TRAINING_SAMPLES, catalog.ADAPTER_EVENTS, catalog.EVALUATIONS)
+TOPICS = (catalog.TASKS, catalog.ROLLOUT_REQUESTS, catalog.ROLLOUTS, catalog.REWARDS, catalog.GROUPS, catalog.TRAINING_SAMPLES, catalog.ADAPTER_EVENTS, catalog.EVALUATIONS, catalog.DEAD_LETTERS)
+
+
+@dataclass
+class Demonstrations:
+    """The warm start as the events tell it: demonstrations requested, executed, trained on, and dead-lettered by
+    reason (``demonstration_failed`` / ``demonstration_wrong``), and the versions a warm-start step published."""
+
+    requested: int = 0
+    executed: int = 0
+    trained: int = 0  # demonstration samples (TrainingSample.demo_source)
+    rejected: dict[str, int] = field(default_factory=dict)
+    warm_start_versions: list[int] = field(default_factory=list)
+
+    def apply(self, event: R.Event) -> bool:
+        """Fold ``event`` if it is a demonstration's; True when it was (the policy's figures must not count it)."""
+        if isinstance(event, R.Task):
+            return event.demonstration is not None
+        if isinstance(event, R.RolloutRequest):
+            self.requested += event.demonstration is not None
+            return event.demonstration is not None
+        if isinstance(event, (R.RolloutCompleted, R.Reward, R.TrainingSample)) and event.demo_source is not None:
+            self.executed += isinstance(event, R.RolloutCompleted)
+            self.trained += isinstance(event, R.TrainingSample)
+            return True
+        if isinstance(event, R.GroupClosed):
+            return event.reason.startswith("demonstration")
+        if isinstance(event, R.DeadLetter) and event.reason_code.startswith("demonstration_"):
+            self.rejected[event.reason_code] = self.rejected.get(event.reason_code, 0) + 1
+            return True
+        if isinstance(event, R.AdapterPublished) and event.metrics.get("warm_start"):
+            self.warm_start_versions.append(event.version)
+        return False
+
+    def line(self) -> str:
+        """``demos 298 executed, 296 trained, 2 rejected (demonstration_wrong 2) | warm start v1-v37``, or ''."""
+        if not self.requested and not self.executed:
+            return ""
+        rejected = sum(self.rejected.values())
+        why = f" ({', '.join(f'{k} {n}' for k, n in sorted(self.rejected.items()))})" if rejected else ""
+        out = f"demos {self.executed}/{self.requested} executed, {self.trained} trained, {rejected} rejected{why}"
+        if self.warm_start_versions:
+            out += f" | warm start v{min(self.warm_start_versions)}-v{max(self.warm_start_versions)}"
+        return out + " | "
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requested": self.requested, "executed": self.executed, "trained": self.trained,
+                "rejected": dict(self.rejected), "warm_start_versions": list(self.warm_start_versions)}
 
 
 @dataclass(frozen=True)
@@ -75,6 +122,10 @@ class Progress:
     registry: AdapterRegistry = field(init=False)  # the one fold of adapter-events
     human_rewards: int = 0  # rewards with provenance human:<name>, kept apart from the judge's
     heldout_change: dict[str, Any] | None = None  # the final evaluation's paired difference, last vs base
+    demonstrations: Demonstrations = field(default_factory=Demonstrations)  # the warm start, kept apart
+    #: the final evaluation's gains apart: ``warm_start`` (its last version vs base: demonstrations alone) and
+    #: ``grpo_on_warm_start`` (the last adapter vs that version), when a warm start published versions
+    heldout_parts: dict[str, Any] | None = None
     _seen: RecentIds = field(default_factory=RecentIds)
     _probes: RecentIds = field(default_factory=RecentIds)  # group ids whose requests carry metadata["probe"]
     started: float = field(default_factory=time.time)
@@ -86,6 +137,8 @@ class Progress:
         if self._seen.seen(event.event_id):
             return
         t = time.time() if t is None else t
+        if self.demonstrations.apply(event):  # the demonstrator's facts, not the policy's: kept apart
+            return
         if isinstance(event, R.Task):
             self.tasks += 1
         elif isinstance(event, R.RolloutCompleted):
@@ -142,7 +195,8 @@ class Progress:
         warnings = self.alarms()
         alarm = f" | ALARM: {warnings[0]}" if warnings else ""
         control = f", {self.groups_control_arm} A/B control only" if self.groups_control_arm else ""
-        return (f"tasks {self.tasks} | rollouts {self.rollouts} | groups {self.groups} ({self.groups_training} trained"
+        return (f"{self.demonstrations.line()}tasks {self.tasks} | rollouts {self.rollouts} | groups {self.groups} "
+                f"({self.groups_training} trained"
                 f"{control})"
                 f" | samples {self.samples} | reward {rewards} | trainer {trainer} | {adapters}"
                 f" | held-out {self.heldout_line()}{alarm}")
@@ -216,6 +270,8 @@ class Progress:
                             for e in self.evaluations],
             "notes": self.notes,
             "heldout_change": self.heldout_change,
+            "demonstrations": self.demonstrations.as_dict(),
+            "heldout_parts": self.heldout_parts,
             "health": {"per_version": {str(v): s.as_dict() for v, s in sorted(self.versions.items())},
                        "alarms": self.alarms(),
                        "max_lora_b": {str(v): m["max_lora_b"] for _, v, _, m in self.adapters if "max_lora_b" in m}},

@@ -70,6 +70,19 @@ def _heldout_lines(summary: dict[str, Any]) -> list[str]:
     change = summary.get("heldout_change")
     if change:
         out += ["", f"**Change, last adapter vs base model: {change['line']}**"]
+    parts = summary.get("heldout_parts") or {}
+    if parts:
+        out += ["", f"- demonstrations alone (warm start, {parts['warm_start']['version']} vs base): "
+                    f"{parts['warm_start']['line']}",
+                f"- GRPO on top of the warm start (last adapter vs {parts['warm_start']['version']}): "
+                f"{parts['grpo_on_warm_start']['line']}"]
+    demos = summary.get("demonstrations") or {}
+    if demos.get("requested"):
+        rejected = ", ".join(f"{k} {n}" for k, n in sorted(demos["rejected"].items())) or "none"
+        versions = demos["warm_start_versions"]
+        span = f"v{min(versions)}-v{max(versions)}" if versions else "none published"
+        out += ["", f"- demonstrations: {demos['requested']} requested, {demos['executed']} executed, "
+                    f"{demos['trained']} trained on; dead-lettered: {rejected}; warm-start versions: {span}"]
     return out + [""]
 
 

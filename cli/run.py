@@ -63,6 +63,8 @@ class RunSettings:
     until_version: int | None = None
     final_eval: bool = True
     policy: str = "local"
+    demos: str = "builtin:train"  # demonstrations submitted before the tasks ("none": none)
+    demo_passes: int = 1
 
 
 def _write_config(cfg: RunSettings, run_dir: Path, environ: Mapping[str, str] | None = None) -> Path:
@@ -182,8 +184,10 @@ def execute(cfg: RunSettings) -> Path:
         click.echo(f"started {', '.join(c.name for c in sup.children)} (logs in {run_dir / 'logs'})")
         tracker = RunTracker(kafka, progress_for(config_file))
         tracker.start()
+        d = _submit_demos(cfg, kafka)
         n = _submit(cfg, kafka)
-        click.echo(f"submitted {n} task(s) x group size {cfg.group_size}")
+        demos = f"{d} demonstration(s) ({cfg.demos}, {cfg.demo_passes} pass(es)) then " if d else ""
+        click.echo(f"submitted {demos}{n} task(s) x group size {cfg.group_size}")
         failure = _watch(sup, tracker, cfg.duration_s, cfg.until_version,
                          lambda: broker_death(broker.proc if broker else None, broker_log))
     finally:
@@ -245,6 +249,24 @@ def _submit(cfg: RunSettings, kafka: KafkaSettings) -> int:
         report = publish_rows(read_rows(cfg.tasks), producer, group_size=cfg.group_size,
                               skip_invalid=True, limit=cfg.limit)
     return report.published
+
+
+def _submit_demos(cfg: RunSettings, kafka: KafkaSettings) -> int:
+    """Publish ``cfg.demos`` (``demo_passes`` times, each pass its own tasks) ahead of the tasks: the warm start."""
+    if cfg.demos == "none" or cfg.demo_passes < 1:
+        return 0
+    from streamgrpo.tasks.reader import read_demo_rows
+    from streamgrpo.topics.producer import EventProducer
+    from streamgrpo.topics.sdk import publish_rows
+
+    published = 0
+    with EventProducer(kafka, "submit") as producer:
+        for _ in range(cfg.demo_passes):
+            report = publish_rows(read_demo_rows(cfg.demos), producer, group_size=1, skip_invalid=True)
+            published += report.published
+            for n, reason in report.rejected[:5]:
+                click.echo(f"demonstration row {n} rejected: {reason}", err=True)
+    return published
 
 
 def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_version: int | None,
@@ -321,11 +343,12 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
     published = {e.version: e for e in events if isinstance(e, R.AdapterPublished)
                  and e.adapter_name == session.loop.adapter_name and line.serves(e.version)}
     targets = [base_target(session.loop.adapter_name)]
-    if published:
-        try:
-            targets.append(from_event(published[max(published)], session.store))
+    warm = [v for v, e in published.items() if e.metrics.get("warm_start") and v < max(published)]
+    for version in ([max(warm)] if warm else []) + ([max(published)] if published else []):
+        try:  # the warm start's last version (demonstrations alone), then the last adapter
+            targets.append(from_event(published[version], session.store))
         except StreamGRPOError as exc:
-            click.echo(f"final evaluation: the last adapter does not verify ({exc}); base model only")
+            click.echo(f"final evaluation: v{version} does not verify ({exc}); not evaluated")
     rows = session.load_tasks(settings.tasks)
     click.echo(f"final evaluation on {len(rows)} held-out tasks ({settings.tasks}): "
                + ", ".join(t.label for t in targets))
@@ -339,9 +362,16 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
     session.publish(runs, required=False, trigger="run-final")
     for r in runs:
         progress.apply(r.run.event(session.judge.info, trigger="run-final", service="run"))
-    if len(runs) == 2:
-        progress.heldout_change = heldout_change(runs[0].run.outcomes, runs[1].run.outcomes)
+    if len(runs) >= 2:
+        progress.heldout_change = heldout_change(runs[0].run.outcomes, runs[-1].run.outcomes)
         click.echo(f"held-out change, last adapter vs base: {progress.heldout_change['line']}")
+    if len(runs) == 3:  # the gains apart: demonstrations alone, and what GRPO added on top of them
+        progress.heldout_parts = {"warm_start": {"version": targets[1].label, **heldout_change(
+                                      runs[0].run.outcomes, runs[1].run.outcomes)},
+                                  "grpo_on_warm_start": {"version": targets[2].label, **heldout_change(
+                                      runs[1].run.outcomes, runs[2].run.outcomes)}}
+        for name, part in progress.heldout_parts.items():
+            click.echo(f"held-out change, {name.replace('_', ' ')} ({part['version']}): {part['line']}")
 
 
 @click.command()
@@ -368,9 +398,16 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
               help="Planner backend of the rollout workers. 'vllm' starts and supervises a local vLLM server "
                    "(`make setup-vllm` installs it; [rollout] vllm_* settings) and loads each published adapter "
                    "into it.")
+@click.option("--demos", default="builtin:train", show_default=True,
+              help="Demonstrations submitted ahead of the tasks, executed through the real tools and trained on by "
+                   "likelihood first (the warm start): `builtin:train` (the built-in expert's, training split only), a "
+                   "JSONL file (`streamgrpo submit --demos` format), or `none`.")
+@click.option("--demo-passes", type=click.IntRange(0, 16), default=1, show_default=True,
+              help="How many times the demonstrations are submitted (each pass is trained on once).")
 @click.pass_context
 def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit: int | None, rollout_workers: int,
-        home: Path | None, bootstrap: str | None, until_version: int | None, final_eval: bool, policy: str) -> None:
+        home: Path | None, bootstrap: str | None, until_version: int | None, final_eval: bool, policy: str,
+        demos: str, demo_passes: int) -> None:
     """Run the whole training loop locally and write a report.
 
     Starts (as supervised child processes): the stream processors, the judge, rollout worker(s)
@@ -385,5 +422,5 @@ def run(ctx: click.Context, duration: float, tasks: str, group_size: int, limit:
     broker = config.load(BrokerSettings, "broker", path=(ctx.obj or {}).get("config_path"),
                          overrides={"home": home})
     cfg = RunSettings(duration, rollout_workers, broker.home, tasks, group_size, limit, bootstrap,
-                      (ctx.obj or {}).get("config_path"), until_version, final_eval, policy)
+                      (ctx.obj or {}).get("config_path"), until_version, final_eval, policy, demos, demo_passes)
     execute(cfg)

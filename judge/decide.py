@@ -11,6 +11,8 @@ learns that the rollout finished, and a redelivery produces the same id (dropped
 | judge needs ground truth, task has none     | ERROR         | ``missing_ground_truth``    |
 | judge failed and no fallback was possible   | ERROR         | ``judge_error``             |
 | otherwise                                   | OK, the judge's score (cached=True from the cache) | none |
+| a demonstration that did not end ANSWERED   | as above      | ``demonstration_failed``    |
+| a demonstration scored below the success threshold | as above | ``demonstration_wrong`` |
 
 A Reject carries both: the reason for ``dead-letters`` and the ERROR Reward for ``rewards``
 (ERROR rewards are never trained on; no score is ever made up: their score is 0.0 and ignored).
@@ -28,6 +30,7 @@ from streamgrpo.avro import records as R
 from streamgrpo.judge.cache import ScoreCache
 from streamgrpo.judge.errors import ScoringError
 from streamgrpo.judge.scorers.base import Candidate, Score, Scorer
+from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD
 
 SERVICE = "judge"
 
@@ -66,7 +69,7 @@ def _reward(
         adapter_name=rollout.adapter_name, adapter_version=rollout.adapter_version, turns=rollout.turns,
         rollout_status=rollout.status, error=error,
         components=[R.RewardComponent(n, float(v), float(w)) for n, v, w in components],
-        cached=cached, tool_calls=dict(rollout.tool_calls),
+        cached=cached, tool_calls=dict(rollout.tool_calls), demo_source=rollout.demo_source,
     )
 
 
@@ -97,10 +100,34 @@ def precheck(task: R.Task | None, rollout: R.RolloutCompleted, scorer: Scorer) -
     return None
 
 
+def vet_demonstration(rollout: R.RolloutCompleted, outcome: R.Reward | Reject) -> R.Reward | Reject:
+    """A demonstration's outcome: its Reward stands only when it ended ANSWERED and its answer is correct (score >=
+    :data:`~streamgrpo.lifecycle.stats.SUCCESS_THRESHOLD`); otherwise a Reject, so it is dead-lettered with the
+    reason and never trains (``demonstration_failed``: a step refused, a tool call failed, no answer;
+    ``demonstration_wrong``: the judge scored the answer wrong). A rollout the policy sampled passes unchanged."""
+    source = rollout.demo_source
+    if source is None or isinstance(outcome, Reject):
+        return outcome
+    if rollout.status != R.RolloutStatus.ANSWERED:
+        return Reject("demonstration_failed", f"demonstration ({source}) of task {rollout.envelope.task_id} did not "
+                      f"end with an answer: {rollout.error or rollout.status.value}", outcome)
+    if outcome.status != R.RewardStatus.OK or not outcome.score >= SUCCESS_THRESHOLD:
+        return Reject("demonstration_wrong", f"demonstration ({source}) of task {rollout.envelope.task_id}: answer "
+                      f"{rollout.final_answer[:200]!r} scored {outcome.score} by judge {outcome.judge.name} "
+                      f"(a demonstration must score >= {SUCCESS_THRESHOLD})", outcome)
+    return outcome
+
+
 def decide_reward(
     task: R.Task | None, rollout: R.RolloutCompleted, scorer: Scorer, cache: ScoreCache | None = None
 ) -> R.Reward | Reject:
-    """Score one rollout (see the table in the module docstring)."""
+    """Score one rollout (see the table in the module docstring); a demonstration is vetted (:func:`vet_demonstration`)."""
+    return vet_demonstration(rollout, _decide_reward(task, rollout, scorer, cache))
+
+
+def _decide_reward(
+    task: R.Task | None, rollout: R.RolloutCompleted, scorer: Scorer, cache: ScoreCache | None = None
+) -> R.Reward | Reject:
     early = precheck(task, rollout, scorer)
     if early is not None:
         return early
@@ -134,4 +161,4 @@ def decide_group(
         else:
             for i, score in zip(todo, scores, strict=True):
                 outcomes[i] = score_reward(rollouts[i], score, cached=False)
-    return [o for o in outcomes if o is not None]
+    return [vet_demonstration(r, o) for r, o in zip(rollouts, outcomes, strict=True) if o is not None]

@@ -15,7 +15,8 @@ event into it:
   requests; GroupClosed does not carry it) folds it with :meth:`VersionStats.add_group` ``probe=True``: counted
   in both figures and apart (``probe_groups``, ``probe_flat``), so :attr:`~VersionStats.full_flat_share` reads
   the full groups only;
-- ``EvaluationCompleted``: the latest by event time.
+- ``EvaluationCompleted``: the latest by event time;
+- a demonstration's events (:func:`is_demonstration`): nothing (the demonstrator's facts, not the version's).
 
 Its readers: :class:`Stats` below (per adapter name and version, for the registry, the A/B test,
 ``adapters`` and ``status``), :class:`streamgrpo.cli.progress.Progress` (per version number, for the progress
@@ -104,6 +105,8 @@ class VersionStats:
 
     def add(self, event: R.Event, success_threshold: float = SUCCESS_THRESHOLD) -> None:
         """Fold one event (the module docstring lists what each type counts; other types are ignored)."""
+        if is_demonstration(event):
+            return
         if isinstance(event, R.Reward):
             if provenance.is_human(event.judge.name):
                 self.add_human(event.score)
@@ -218,6 +221,14 @@ class VersionStats:
                 "full_zero_variance_share": round(self.full_flat_share, 4)}
 
 
+def is_demonstration(event: R.Event) -> bool:
+    """A demonstration's fact (``demo_source`` set, or its group's ``GroupClosed`` reason ``demonstration*``): what
+    the demonstrator did, not what a version did -- never in a version's figures, the A/B test or the alarms."""
+    if isinstance(event, R.GroupClosed):
+        return event.reason.startswith("demonstration")
+    return getattr(event, "demo_source", None) is not None
+
+
 def is_human(reward: R.Reward) -> bool:
     """A person's reward (``streamgrpo label``), not a judge's."""
     return provenance.is_human(reward.judge.name)
@@ -273,6 +284,8 @@ class Stats:
         return self.versions.setdefault((adapter_name, version), VersionStats())
 
     def apply(self, event: R.Event) -> None:
+        if is_demonstration(event):
+            return
         if isinstance(event, (R.Reward, R.PlannerAction, R.EvaluationCompleted, R.GroupClosed)):
             if self._seen.seen(event.event_id):
                 return

@@ -2,7 +2,8 @@
 
 Per group: (0) the question is analysed ONCE (skills, useful tools; not trained, see
 :mod:`~streamgrpo.rollout.roles.analyser`); then per turn, for every still-active trajectory:
-(1) the planner picks one tool + input, or answers -- all active trajectories' planner prompts go
+(1) the planner picks one tool + input, or answers (a demonstration's request GIVES the planner's replies:
+:mod:`.demonstration`; tools, verifier and events are as for any rollout) -- all active trajectories' planner prompts go
 into ONE ``policy.generate`` call (per adapter version and sampling setting; a group has one); under
 ``[rollout] sampling_seed`` each row of it draws from its trajectory's own seed (:mod:`.seeding`), recorded
 as ``PlannerAction.sampling.seed``;
@@ -47,7 +48,7 @@ from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.inference.base import Generation, PlannerPolicy
 from streamgrpo.inference.stopping import JsonObjectEnd
-from streamgrpo.rollout import seeding
+from streamgrpo.rollout import demonstration, seeding
 from streamgrpo.rollout.roles import planner
 from streamgrpo.rollout.roles.analyser import Analyser, RuleAnalyser
 from streamgrpo.rollout.roles.executor import Executor, PassthroughExecutor, tool_example, unknown_tool
@@ -243,11 +244,13 @@ def _plan_turn(
     active: list[_Trajectory], turn: int, ctx: LoopContext, tool_lines: list[str],
 ) -> list[tuple[_Trajectory, Generation | str]]:
     """One batched ``generate`` per (adapter, version, sampling, answer turn) among ``active``; errors as strings."""
+    out: list[tuple[_Trajectory, Generation | str]] = [
+        (t, _given(t, turn, ctx, tool_lines)) for t in active if t.request.demonstration is not None]
     buckets: dict[tuple[str, int, R.SamplingParams, int], list[_Trajectory]] = {}
     for t in active:
-        key = (t.request.adapter_name, t.request.adapter_version, t.request.sampling, t.request.max_turns)
-        buckets.setdefault(key, []).append(t)
-    out: list[tuple[_Trajectory, Generation | str]] = []
+        if t.request.demonstration is None:  # a demonstration's turns are given, not sampled
+            key = (t.request.adapter_name, t.request.adapter_version, t.request.sampling, t.request.max_turns)
+            buckets.setdefault(key, []).append(t)
     for (name, version, sampling, _), trajs in buckets.items():
         try:
             final = ctx.final_turn(trajs[0].request, turn)
@@ -271,12 +274,24 @@ def _plan_turn(
     return out
 
 
+def _given(traj: _Trajectory, turn: int, ctx: LoopContext, tool_lines: list[str]) -> Generation | str:
+    """A demonstration's planner turn: its given step on the real state prompt (:mod:`.demonstration`)."""
+    try:
+        prompt = _prompt_ids(traj, ctx, tool_lines, ctx.final_turn(traj.request, turn))
+    except MODEL_ERRORS as exc:
+        return f"demonstration prompt failed at turn {turn}: {type(exc).__name__}: {exc}"
+    return demonstration.given_step(traj.request, turn, prompt, prefix=effective_prefix(ctx),
+                                    tokenizer=getattr(ctx.policy, "tokenizer", None),
+                                    grammar=ctx.grammar_for(traj.request))
+
+
 def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: EventSink) -> None:
     """Parse the planner's action, run the tool, verify; finish the trajectory when it stops."""
     req = traj.request
     traj.served_version = gen.adapter_version
     parsed = planner.parse(effective_prefix(ctx) + gen.text, answer_in_call=ctx.answer_in_call == "accept")
     step = parsed.value
+    demo_source = req.demonstration.source if req.demonstration is not None else None
     sink(R.PlannerAction(
         envelope=traj.envelope(ctx.service, "planner_action", turn), prompt_token_ids=list(gen.prompt_token_ids),
         action_text=gen.text, action_token_ids=list(gen.token_ids), behaviour_logprobs=list(gen.logprobs),
@@ -284,15 +299,21 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
         parse_status=parsed.status, prompt_hash=planner.EXAMPLE_HASHES[ctx.example_key(traj.analysis)],
         latency_ms=gen.latency_ms, engine=gen.engine,
         tool=step.tool if step is not None else None, is_final=bool(step is not None and step.is_final),
-        role=planner.ROLE,
+        role=planner.ROLE, demo_source=demo_source,
     ))
     _count_action(gen, parsed.status)
     observation: Observation | None = None
+    if demo_source is not None and (problem := demonstration.parse_problem(parsed, turn)):
+        _finish_error(traj, ctx, sink, problem)
+        return
     try:
         if step is not None and not step.is_final:
             observation = _execute(traj, step, ctx)
             sink(_observation_event(traj, observation, turn, ctx.service))
             metrics.current().inc(metrics.TOOL_CALLS, tool=observation.tool, outcome="error" if observation.error else "ok")
+            if demo_source is not None and observation.error:
+                _finish_error(traj, ctx, sink, demonstration.tool_problem(observation, turn))
+                return
         traj.history.append(TurnRecord(turn, gen.text, parsed.status, step, parsed.error, observation))
         decision = ctx.verifier.decide(req.question, traj.history)
     except MODEL_ERRORS as exc:
@@ -301,6 +322,8 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
     sink(_verdict_event(traj, decision, turn, ctx.service))
     if decision.stop:
         _finish(traj, ctx, sink, R.RolloutStatus.ANSWERED)
+    elif demo_source is not None and turn >= demonstration.step_count(req):
+        _finish_error(traj, ctx, sink, demonstration.unanswered(req))
     elif turn >= req.max_turns:
         _finish(traj, ctx, sink, R.RolloutStatus.MAX_TURNS)
 
@@ -372,6 +395,7 @@ def _complete(
         final_answer=answer, turns=result.turns, status=status, group_size=req.group_size,
         adapter_name=req.adapter_name, adapter_version=version,
         duration_ms=int((time.monotonic() - traj.started) * 1000), error=error, tool_calls=dict(traj.tool_calls),
+        demo_source=req.demonstration.source if req.demonstration is not None else None,
     ))
     metrics.current().inc(metrics.ROLLOUTS, status=status)
     metrics.current().observe(metrics.ROLLOUT_DURATION, time.monotonic() - traj.started)

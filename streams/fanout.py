@@ -30,8 +30,12 @@ Curriculum (:mod:`streamgrpo.streams.curriculum`, ``[streams] curriculum``, on b
 new task, and every second while no task arrives, the tasks the curriculum has due (a task whose last
 group had reward variance, then parked tasks whose time has come) are fanned out first, under the same
 admission. A Task with ``metadata["served_by"]`` (e.g. ``streamgrpo serve``'s production calls) was already run
-by its server and is recorded for analysis only: it is not fanned out again. What is not covered: priorities
-between new tasks.
+by its server and is recorded for analysis only: it is not fanned out again.
+A Task with a ``demonstration`` (:mod:`streamgrpo.tasks.demos`) is fanned out as a group of ONE request carrying the
+given steps (every copy would be the same trajectory), under the same admission, outside the curriculum (it is no
+sample of its kind's pass rate); a demonstration with more steps than ``max_turns`` or steps that are not planner
+replies ending in one answer is dead-lettered (``invalid_demonstration``). Demonstrations submitted ahead of the
+tasks (``streamgrpo run`` does) are trained first: the warm start. What is not covered: priorities between new tasks.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from streamgrpo.streams.ab_controller import choose_version, comparison_only
 from streamgrpo.streams.app import FaustEvent, FaustStream, StreamsContext
 from streamgrpo.streams.config import StreamsSettings
 from streamgrpo.streams.curriculum import Curriculum, CurriculumPolicy, Decision
+from streamgrpo.tasks.demos import check_steps
 from streamgrpo.topics import catalog
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TASK_BYTES
 
@@ -80,14 +85,23 @@ class FanoutPolicy:
                    s.max_groups_in_flight, s.max_staleness, s.samples_per_step)
 
 
-def check_task(task: R.Task, encoded_size: int) -> tuple[str, str] | None:
-    """Why ``task`` cannot be fanned out, as (reason code, reason), or None when it can (pure)."""
+def check_task(task: R.Task, encoded_size: int, max_turns: int | None = None) -> tuple[str, str] | None:
+    """Why ``task`` cannot be fanned out, as (reason code, reason), or None when it can (pure). ``max_turns``: the
+    rollouts' turn budget, which a demonstration's steps must fit."""
     if not task.envelope.task_id or not 1 <= task.group_size <= MAX_GROUP_SIZE:
         return "invalid_task", (f"task needs a task_id and 1 <= group_size <= {MAX_GROUP_SIZE} "
                                 f"(got {task.envelope.task_id!r}, {task.group_size})")
     if encoded_size > MAX_TASK_BYTES:
         return "task_too_large", (f"task is {encoded_size} bytes encoded; at most {MAX_TASK_BYTES} are accepted "
                                   "(its question is copied into every request and completion of the group)")
+    if task.demonstration is not None:
+        try:
+            check_steps(task.demonstration.steps)
+        except ValueError as exc:
+            return "invalid_demonstration", f"demonstration of task {task.envelope.task_id}: {exc}"
+        if max_turns is not None and len(task.demonstration.steps) > max_turns:
+            return "invalid_demonstration", (f"demonstration has {len(task.demonstration.steps)} steps; the rollouts "
+                                             f"take at most max_turns = {max_turns} ([loop] max_turns)")
     return None
 
 
@@ -102,17 +116,24 @@ def fan_out(task: R.Task, version: int, policy: FanoutPolicy, control: bool = Fa
     metadata = {k: v for k, v in task.metadata.items() if k != pacing.AB_ARM_KEY}
     if control:
         metadata[pacing.AB_ARM_KEY] = pacing.CONTROL_ARM
+    size = group_size(task)
     out = []
-    for i in range(task.group_size):
+    for i in range(size):
         rollout = ids.rollout_id(group, i)
         out.append(R.RolloutRequest(
             envelope=R.Envelope.new("streams", event_id=ids.request_event_id(rollout), task_id=task_id,
                                     group_id=group, rollout_id=rollout),
-            question=task.question, source=task.source, rollout_index=i, group_size=task.group_size,
+            question=task.question, source=task.source, rollout_index=i, group_size=size,
             adapter_name=policy.adapter_name, adapter_version=version, max_turns=policy.max_turns,
-            sampling=policy.sampling, metadata=dict(metadata),
+            sampling=policy.sampling, metadata=dict(metadata), demonstration=task.demonstration,
         ))
     return out
+
+
+def group_size(task: R.Task) -> int:
+    """The rollouts of ``task``'s group: one for a demonstration (its steps are given: every copy would be the same
+    trajectory), else the task's N."""
+    return 1 if task.demonstration is not None else task.group_size
 
 
 def admit(backlog: Backlog, group_size: int, policy: FanoutPolicy) -> str | None:
@@ -144,7 +165,7 @@ class _Shell:
 
     async def handle(self, task: R.Task, ev: FaustEvent) -> None:
         ctx = self.ctx
-        problem = check_task(task, len(ev.value or b""))
+        problem = check_task(task, len(ev.value or b""), self.policy.max_turns)
         if problem is not None:
             m = ev.message
             await ctx.dead_letter(m.topic, m.partition, m.offset, ev.key, ev.value, *problem)
@@ -182,11 +203,12 @@ class _Shell:
                 await asyncio.wait_for(self.follower.caught_up.wait(), self.ctx.settings.admission_poll_s)
         return True
 
-    async def admitted(self, task: R.Task) -> bool:
-        """Waits until admission lets a group of ``task`` start; False when the worker must yield first."""
+    async def admitted(self, task: R.Task, size: int) -> bool:
+        """Waits until admission lets a group of ``task`` (``size`` rollouts) start; False when the worker must
+        yield first."""
         waited = False
         while not self.ctx.must_yield():
-            reason = admit(self.view.backlog(), task.group_size, self.policy)
+            reason = admit(self.view.backlog(), size, self.policy)
             if reason is None:
                 metrics.current().set(metrics.ADMISSION_BLOCKED, 0)
                 return True
@@ -207,8 +229,9 @@ class _Shell:
         if group in view.requested:
             ctx.count("fanout.already_requested")
             return True
-        sized = self.curriculum.sized(task)  # a probe group when the task's kind is cold
-        if not await self.admitted(sized):
+        demo = task.demonstration is not None  # a demonstration is no sample of its kind: the curriculum skips it
+        sized = task if demo else self.curriculum.sized(task)  # a probe group when the task's kind is cold
+        if not await self.admitted(sized, group_size(sized)):
             return False
         line = view.adapters(self.policy.adapter_name)
         version = choose_version(line, group, ctx.settings.canary_share)
@@ -217,7 +240,10 @@ class _Shell:
         futures = [await ctx.send(r) for r in requests]
         await asyncio.gather(*futures)
         view.note_requested(group, len(requests), control)
-        self.curriculum.remember(task, ids.attempt_of(task.metadata))
+        if demo:
+            ctx.count("fanout.demonstrations")
+        else:
+            self.curriculum.remember(task, ids.attempt_of(task.metadata))
         ctx.count("fanout.groups")
         if "curriculum" in task.metadata:
             ctx.count(f"fanout.curriculum_{task.metadata['curriculum']}")

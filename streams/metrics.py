@@ -61,8 +61,9 @@ class RewardWindows:
     seen: RecentIds = field(default_factory=RecentIds)
 
     def add(self, reward: R.Reward) -> bool:
-        """Add a judge reward to its window; False for a duplicate (an event id seen recently) or a person's."""
-        if is_human(reward) or self.seen.seen(reward.event_id):
+        """Add a judge reward to its window; False for a duplicate (an event id seen recently), a person's, or a
+        demonstration's (the demonstrator's answer, not the version's: ``Reward.demo_source``)."""
+        if is_human(reward) or reward.demo_source is not None or self.seen.seen(reward.event_id):
             return False
         t = reward.envelope.event_time.timestamp()
         start = t - (t % self.window_s)

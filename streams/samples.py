@@ -69,4 +69,5 @@ def build_sample(state: GroupState, rollout_id: str, actions: list[R.PlannerActi
         adapter_name=ordered[0].adapter_name,
         behaviour_version=ordered[0].adapter_version,
         sampling=ordered[0].sampling,
+        demo_source=state.demo_source,
     )

@@ -15,6 +15,10 @@ long after its last reward arrived (``complete_at``), unless every usable reward
 hold is bounded, so an unlabelled group still trains (on the judge's rewards) once it ends. A zero-variance group (all usable rewards equal) closes with
 ``trains=False, reason="zero_variance"`` and yields no samples.
 
+A demonstration's group (``demo_source`` set, from its RolloutCompleted or Reward) has one rollout: it trains when
+its reward is usable and correct (``reason="demonstration"``, advantage :data:`DEMONSTRATION_ADVANTAGE`; the trainer
+trains it by likelihood), else it closes with ``reason="demonstration_rejected"`` (the judge dead-lettered it).
+
 The A/B test's control arm (``control``, the caller's predicate on the group's version: see
 :func:`~streamgrpo.streams.ab_controller.comparison_only`): a group that would train but whose samples would reach
 the trainer stale closes with ``trains=False, reason=`` :data:`~streamgrpo.lifecycle.pacing.CONTROL_ARM`,
@@ -40,9 +44,14 @@ from typing import Any
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.lifecycle.pacing import CONTROL_ARM
-from streamgrpo.lifecycle.stats import is_human
+from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD, is_human
 from streamgrpo.streams.advantages import Estimator
 from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TURNS
+
+#: ``GroupClosed.reason`` of a demonstration's group that trains (by likelihood: its sample's advantage is
+#: :data:`DEMONSTRATION_ADVANTAGE`, the weight of the likelihood term, not a group-relative advantage).
+DEMONSTRATION = "demonstration"
+DEMONSTRATION_ADVANTAGE = 1.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,7 @@ class GroupState:
     estimator: str = ""
     emitted: list[str] = field(default_factory=list)
     complete_at: float | None = None  # when the last expected reward arrived (start of the review hold)
+    demo_source: str | None = None  # the group executed a demonstration (RolloutCompleted / Reward.demo_source)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,15 +123,26 @@ def new_state(group_id: str, task_id: str | None, expected: int, now: float, par
     return GroupState(group_id=group_id, task_id=task_id, expected=expected, first_seen=now, partition=partition)
 
 
+def reward_problem(reward: R.Reward) -> str | None:
+    """Why ``reward``'s score may not enter a group's fold, or None (the shell dead-letters such a Reward): every
+    score is finite and of magnitude at most :data:`~streamgrpo.topics.sdk.MAX_ABS_SCORE`; a person's (provenance
+    ``human:<name>``) is in [0, 1], the range ``streamgrpo label``, the SDK and MCP ``feedback`` write."""
+    from streamgrpo.topics.sdk import score_problem
+
+    problem = score_problem(reward.score, human=is_human(reward))
+    return None if problem is None else f"Reward of rollout {reward.envelope.rollout_id}: {problem}"
+
+
 def add_reward(state: GroupState, reward: R.Reward) -> tuple[GroupState, bool]:
-    """Record ``reward``; returns (state, accepted). Duplicates and late rewards are not accepted.
+    """Record ``reward``; returns (state, accepted). Duplicates, late rewards and rewards with a score
+    :func:`reward_problem` refuses (not finite, a person's outside [0, 1]) are not accepted.
 
     Human rewards come first while the group is open: a human reward replaces the judge's reward of the same
     rollout (and a later human reward of it replaces an earlier one); a judge reward of a rollout a person
     already rewarded is not accepted."""
     rollout = reward.envelope.rollout_id or ""
     known_ids = {e.event_id for e in state.rewards.values()}
-    if state.closed or reward.event_id in known_ids:
+    if state.closed or reward.event_id in known_ids or reward_problem(reward) is not None:
         return state, False
     previous = state.rewards.get(rollout)
     human = is_human(reward)
@@ -136,7 +157,8 @@ def add_reward(state: GroupState, reward: R.Reward) -> tuple[GroupState, bool]:
         human=human,
     )
     expected = max(state.expected, int(reward.group_size))
-    return replace(state, rewards={**state.rewards, rollout: entry}, expected=expected), True
+    demo = state.demo_source or reward.demo_source
+    return replace(state, rewards={**state.rewards, rollout: entry}, expected=expected, demo_source=demo), True
 
 
 def add_completed(state: GroupState, done: R.RolloutCompleted) -> GroupState:
@@ -144,7 +166,8 @@ def add_completed(state: GroupState, done: R.RolloutCompleted) -> GroupState:
     if rollout in state.turns_expected:
         return state
     expected = max(state.expected, int(done.group_size))
-    return replace(state, turns_expected={**state.turns_expected, rollout: int(done.turns)}, expected=expected)
+    return replace(state, turns_expected={**state.turns_expected, rollout: int(done.turns)}, expected=expected,
+                   demo_source=state.demo_source or done.demo_source)
 
 
 def wants_action(state: GroupState, rollout: str) -> bool:
@@ -178,6 +201,10 @@ def _close(state: GroupState, status: R.GroupStatus, policy: WindowPolicy, now: 
         mean, std = result.mean, result.std
     if status == R.GroupStatus.TIMED_OUT and policy.partial_policy == "drop":
         reason = "timed_out_dropped"
+    elif state.demo_source is not None:  # trained by likelihood when correct; the judge dead-lettered it otherwise
+        trains = bool(scores) and all(s >= SUCCESS_THRESHOLD for s in scores)
+        reason = DEMONSTRATION if trains else "demonstration_rejected"
+        advantages = {rid: DEMONSTRATION_ADVANTAGE for rid, _ in usable} if trains else {}
     elif len(scores) < max(1, policy.min_group_size if status == R.GroupStatus.TIMED_OUT else 1):
         reason = "too_few_rewards"
     elif result.zero_variance:

@@ -337,10 +337,15 @@ def _arithmetic_question(i: int, a: int, b: int, c: int) -> tuple[str, str, int]
     return difficulty, question, answer
 
 
+def arithmetic_operands(i: int) -> tuple[int, int, int]:
+    """The operands (a, b, c) of arithmetic row ``i``; its operation is ``ARITHMETIC_TEMPLATES[i % 6]``."""
+    return 101 + _h("ar", i, "a") % 899, 12 + _h("ar", i, "b") % 88, 10 + _h("ar", i, "c") % 990
+
+
 def _arithmetic() -> list[TaskRow]:
     rows: list[TaskRow] = []
     for i in range(N_ARITHMETIC):
-        a, b, c = 101 + _h("ar", i, "a") % 899, 12 + _h("ar", i, "b") % 88, 10 + _h("ar", i, "c") % 990
+        a, b, c = arithmetic_operands(i)
         difficulty, question, answer = _arithmetic_question(i, a, b, c)
         rows.append(_row("arithmetic", i, question, [str(answer)], difficulty))
     return rows

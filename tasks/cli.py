@@ -30,11 +30,16 @@ from streamgrpo.topics.cli import BOOTSTRAP_HELP, kafka_settings
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write rejected rows as JSONL (default: FILE.rejected.jsonl with --skip-invalid).")
 @click.option("--limit", type=int, default=None, help="Publish at most this many tasks.")
+@click.option("--demos", is_flag=True, help="FILE holds demonstrations (JSONL: a task's columns plus `steps`, the "
+              "planner's replies that solve it, e.g. [{\"tool\": \"calculator\", \"input\": \"6*7\"}, "
+              "{\"answer\": \"42\"}]), or FILE=`builtin:train` for the built-in expert's: each is executed "
+              "through the real tools, judged, and trained on by likelihood (a warm start).")
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @click.pass_context
 def submit(ctx: click.Context, source_file: str, group_size: int, source: str | None, kind: str, fmt: str | None,
-           skip_invalid: bool, report_path: Path | None, limit: int | None, bootstrap: str | None) -> None:
-    """Publish tasks from FILE (JSONL, CSV or Parquet), or FILE=`builtin` for the built-in offline set.
+           skip_invalid: bool, report_path: Path | None, limit: int | None, demos: bool, bootstrap: str | None) -> None:
+    """Publish tasks from FILE (JSONL, CSV or Parquet), or FILE=`builtin` for the built-in offline set;
+    with --demos, demonstrations (README: "Demonstrations").
 
     All or nothing: every row is first validated (fields, group size, UTF-8 text, at most the
     fan-out's 256 KiB encoded), encoded as Avro and its size checked against the largest record the
@@ -51,8 +56,8 @@ def submit(ctx: click.Context, source_file: str, group_size: int, source: str | 
     kafka = kafka_settings(ctx, bootstrap)
     with EventProducer(kafka, "submit") as producer:
         try:
-            ready, rejected = prepare_rows(_rows(source_file, fmt, kind), producer, group_size=group_size,
-                                           source=source, limit=limit)
+            rows = _demo_rows(source_file) if demos else _rows(source_file, fmt, kind)
+            ready, rejected = prepare_rows(rows, producer, group_size=group_size, source=source, limit=limit)
         except DatasetError as exc:  # the file itself is unreadable (not UTF-8, broken CSV, bad Parquet)
             raise click.ClickException(f"{exc}; nothing was published") from exc
         if rejected and not skip_invalid:
@@ -67,7 +72,8 @@ def submit(ctx: click.Context, source_file: str, group_size: int, source: str | 
             for n, reason in report.rejected:
                 fh.write(json.dumps({"row": n, "reason": reason}) + "\n")
         click.echo(f"rejected rows written to {out}")
-    click.echo(f"published {report.published} task(s), rejected {len(report.rejected)} row(s) "
+    what = "demonstration(s)" if demos else "task(s)"
+    click.echo(f"published {report.published} {what}, rejected {len(report.rejected)} row(s) "
                f"(default group size {group_size}, topic {topic_name(kafka, TASKS)})")
 
 
@@ -86,6 +92,16 @@ def _rows(source_file: str, fmt: str | None, kind: str) -> Any:
 
     try:
         return read_rows(source_file, fmt=fmt, kind=kind)
+    except DatasetError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _demo_rows(source_file: str) -> Any:
+    from streamgrpo.tasks.datasets import DatasetError
+    from streamgrpo.tasks.reader import read_demo_rows
+
+    try:
+        return read_demo_rows(source_file)
     except DatasetError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streamgrpo.tasks.datasets import DatasetError, RowError, TaskRow
+
+if TYPE_CHECKING:
+    from streamgrpo.tasks.demos import DemoRow
 
 BUILTIN_NAMES = ("builtin", "builtin:train", "builtin:train-wide", "builtin:heldout")
 
@@ -36,3 +40,18 @@ def read_rows(source: str, fmt: str | None = None, kind: str = "auto") -> Iterat
     from streamgrpo.tasks.datasets import iter_rows
 
     return iter_rows(path, fmt=fmt, kind=kind)
+
+
+def read_demo_rows(source: str) -> Iterator[tuple[int, DemoRow | RowError]]:
+    """Demonstrations of ``source``: a JSONL/JSON file (:func:`~streamgrpo.tasks.demos.iter_demos`), or
+    ``builtin:train`` (the built-in expert's demonstrations of the training split); :class:`DatasetError` otherwise."""
+    from streamgrpo.tasks.demos import expert_demos, iter_demos
+
+    if source == "builtin:train":
+        return ((i + 1, demo) for i, demo in enumerate(expert_demos()))
+    if source.startswith("builtin"):
+        raise DatasetError(f"demonstrations exist for builtin:train only (the held-out split is never demonstrated), "
+                           f"not {source!r}")
+    if not Path(source).exists():
+        raise DatasetError(f"{source}: no such demonstration file (or use builtin:train for the built-in expert's)")
+    return iter_demos(source)

@@ -34,6 +34,7 @@ acknowledged before the failure stay published, and :class:`ProduceError` says h
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from streamgrpo.avro import ids, provenance
 from streamgrpo.avro.codec import Codec
 from streamgrpo.avro.errors import EncodeError
 from streamgrpo.avro.records import (
+    Demonstration,
     Envelope,
     JudgeInfo,
     Reward,
@@ -89,10 +91,15 @@ def make_task(
     metadata: dict[str, str] | None = None,
     task_id: str | None = None,
     service: str = "submit",
+    demonstration: Demonstration | None = None,
 ) -> Task:
     """Build a validated Task event (raises TaskValidationError naming the bad field: see
-    :mod:`~streamgrpo.topics.task_fields`; nothing is converted or rewritten)."""
+    :mod:`~streamgrpo.topics.task_fields`; nothing is converted or rewritten). ``demonstration``: the planner's
+    replies that solve it (:mod:`streamgrpo.tasks.demos`); it then needs a ground truth, which the judge checks the
+    demonstrated answer against."""
     question = fields.text("question", question)
+    if demonstration is not None:
+        _check_demonstration(demonstration, ground_truths)
     fields.text("source", source)
     if isinstance(group_size, bool) or not isinstance(group_size, int) or not 1 <= group_size <= MAX_GROUP_SIZE:
         raise TaskValidationError(f"group_size: must be an integer from 1 to {MAX_GROUP_SIZE}, got {group_size!r:.40}")
@@ -103,9 +110,23 @@ def make_task(
         group_size=group_size,
         ground_truths=fields.ground_truths(ground_truths),
         metadata=fields.metadata(metadata),
+        demonstration=demonstration,
     )
     fields.encoded_size(len(_SIZING.encode(task)))
     return task
+
+
+def _check_demonstration(demonstration: Demonstration, ground_truths: Iterable[str]) -> None:
+    from streamgrpo.tasks.demos import check_steps
+
+    try:
+        check_steps(demonstration.steps)
+    except ValueError as exc:
+        raise TaskValidationError(f"demonstration: {exc}") from exc
+    fields.text("demonstration source", demonstration.source)
+    if not list(ground_truths):
+        raise TaskValidationError("demonstration: needs the task's ground truth (the judge checks the demonstrated "
+                                  "answer against it)")
 
 
 def topic_max_message_bytes(kafka: KafkaSettings, topic: str = catalog.TASKS, timeout_s: float = 5.0) -> int:
@@ -198,8 +219,10 @@ def encode_row(number: int, row: TaskLike, codec: Codec, kafka: KafkaSettings, *
                source: str | None, max_bytes: int) -> EncodedTask:
     """One row as the record ``publish_rows`` would send; TaskValidationError says why it cannot be."""
     own = getattr(row, "group_size", None)
+    steps = getattr(row, "demo_steps", None)  # a DemoRow (streamgrpo.tasks.demos): a demonstration
+    demo = Demonstration(list(steps), str(getattr(row, "demo_source", ""))) if steps is not None else None
     task = make_task(row.question, source=source or row.source, group_size=group_size if own is None else own,
-                     ground_truths=row.ground_truths, metadata=row.metadata)
+                     ground_truths=row.ground_truths, metadata=row.metadata, demonstration=demo)
     spec = topic_for(task)
     physical = topic_name(kafka, spec.name)
     try:
@@ -284,6 +307,32 @@ class LabelError(TopicsError, ValueError):
     """A label cannot be written (unknown rollout, score out of range, no labeller); nothing was sent."""
 
 
+#: A person's reward (``streamgrpo label``, this SDK, MCP ``feedback``) is a number from HUMAN_SCORE_MIN (wrong) to
+#: HUMAN_SCORE_MAX (right): the scale of the judges' correctness scores (math, qa, correct, llm: [0, 1]). The advantage
+#: window refuses (dead-letters) a human Reward outside it, however it was written.
+HUMAN_SCORE_MIN = 0.0
+HUMAN_SCORE_MAX = 1.0
+#: Largest magnitude of any Reward's score the window folds (a judge's too: the hybrid judge is not clipped, its
+#: defaults give [-0.5, 1.1]); beyond it the group's mean and std would overflow.
+MAX_ABS_SCORE = 1e6
+
+
+def score_problem(score: object, *, human: bool) -> str | None:
+    """Why ``score`` cannot be a reward (of a person when ``human``), or None. Every score is a finite number of
+    magnitude at most :data:`MAX_ABS_SCORE`; a person's is in [HUMAN_SCORE_MIN, HUMAN_SCORE_MAX]."""
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        return f"score {score!r:.40} is not a number"
+    value = float(score)
+    if not math.isfinite(value):
+        return f"score {value!r} is not a finite number"
+    if human and not HUMAN_SCORE_MIN <= value <= HUMAN_SCORE_MAX:
+        return (f"score {value!r} is out of range: a human reward is a number from {HUMAN_SCORE_MIN:g} (wrong) "
+                f"to {HUMAN_SCORE_MAX:g} (right)")
+    if abs(value) > MAX_ABS_SCORE:
+        return f"score {value!r} is out of range: a reward's magnitude is at most {MAX_ABS_SCORE:g}"
+    return None
+
+
 @dataclass(frozen=True)
 class Label:
     """A person's reward for one rollout: ``score`` in [0, 1] (1 = fully right)."""
@@ -302,8 +351,9 @@ def labeller(name: str) -> str:
 
 def human_reward(done: RolloutCompleted, score: float, by: str) -> Reward:
     """The Reward a person gives the rollout ``done`` (deterministic id: the same label twice is one event)."""
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= float(score) <= 1.0:
-        raise LabelError(f"score {score!r} is out of range: a human reward is a number from 0 to 1")
+    problem = score_problem(score, human=True)
+    if problem is not None:
+        raise LabelError(problem)
     who = labeller(by)
     env = done.envelope
     return Reward(

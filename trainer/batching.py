@@ -26,6 +26,10 @@ Micro-batches (:func:`micro_batches`) with ``share_prefix``: rows in lexicograph
 rows that share a prompt prefix land in the same micro-batch, and the budget counts the tokens of
 their prefix tree (what :mod:`~streamgrpo.trainer.prefix` computes), not padded tokens.
 
+Demonstrations (``TrainingSample.demo_source`` set): their rows carry ``demo`` and advantage 0, so the
+policy-gradient term ignores them and the likelihood term of :mod:`~streamgrpo.trainer.losses.base` trains them;
+they are never dropped as stale (no ratio is taken against their behaviour logprobs, which are 0.0: given tokens).
+
 Not covered: truncating actions (too-long actions drop the sample; only prompts are left-truncated).
 """
 
@@ -59,6 +63,7 @@ class Row:
     temperature: float = 1.0  # the sampling temperature the behaviour logprobs were recorded at
     constraint: str | None = None  # the grammar the action was sampled under (SamplingParams.constraint)
     turn: int | None = None  # the planner turn (1-based): a grammar may force an answer from some turn on
+    demo: bool = False  # given by a demonstration: trained by likelihood, no policy-gradient term (advantage 0)
 
 #: ``replay(constraint, action_ids, turn) -> (A, W)`` int32 allowed-token bitmask before each action token
 Replay = Callable[[str, Sequence[int], "int | None"], Tensor]
@@ -80,6 +85,7 @@ class Batch:
     temperature:       (B,)   float, each row's sampling temperature (recompute with it)
     grammar_bits:      (B, A, W) int32, allowed-token bitmask before each of a row's A action tokens
                        (all ones for unconstrained rows); (B, 0, 0) when no row is constrained
+    demo:              (B,)   bool, the row's turn was given by a demonstration (likelihood term only)
     """
 
     input_ids: Tensor
@@ -93,6 +99,7 @@ class Batch:
     behaviour_version: Tensor
     temperature: Tensor
     grammar_bits: Tensor
+    demo: Tensor
 
     @property
     def padded_tokens(self) -> int:
@@ -121,9 +128,9 @@ def drop_reason(
     ``sampling_mismatch``, ``empty``, ``malformed`` or ``too_long``."""
     if sample.adapter_name != adapter_name:
         return "other_adapter"
-    if current_version is not None and (reason := pacing.drop_reason(sample.behaviour_version, current_version,
-                                                                     max_staleness)):
-        return reason
+    if current_version is not None and sample.demo_source is None and (
+            reason := pacing.drop_reason(sample.behaviour_version, current_version, max_staleness)):
+        return reason  # a demonstration is never stale: its turns were given, no policy's ratio is taken
     if sampling_mismatch(sample.sampling) is not None:
         return "sampling_mismatch"
     if not sample.turns or not any(t.action_token_ids for t in sample.turns):
@@ -160,14 +167,15 @@ def to_rows(samples: Sequence[TrainingSample], max_seq_len: int, temperature: fl
     for index, s in enumerate(samples):
         temp = float(s.sampling.temperature) if s.sampling is not None else temperature
         constraint = s.sampling.constraint if s.sampling is not None else None
+        demo = s.demo_source is not None
         for turn in s.turns:
             if not turn.action_token_ids:
                 continue
             keep = max(1, max_seq_len - len(turn.action_token_ids))
             prompt = tuple(turn.prompt_token_ids[-keep:])
             rows.append(Row(prompt + tuple(turn.action_token_ids), len(prompt), tuple(turn.behaviour_logprobs),
-                            float(s.advantage), index, int(s.behaviour_version), temp, constraint,
-                            int(turn.turn)))
+                            0.0 if demo else float(s.advantage), index, int(s.behaviour_version), temp, constraint,
+                            int(turn.turn), demo))
     return rows
 
 
@@ -211,6 +219,7 @@ def collate(rows: Sequence[Row], pad_id: int = 0, replay: Replay | None = None) 
         behaviour_version=torch.tensor([r.behaviour_version for r in rows], dtype=torch.long),
         temperature=torch.tensor([r.temperature for r in rows], dtype=torch.float32),
         grammar_bits=grammar_bits(rows, replay),
+        demo=torch.tensor([r.demo for r in rows], dtype=torch.bool),
     )
 
 

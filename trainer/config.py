@@ -46,6 +46,9 @@ class TrainerConfig(StrictModel):
                              "grpo/gspo step; 0 = off.")
     raft_warmup_steps: int = Field(0, ge=0, le=1_000_000, description="A warm start from the log: the first this "
                                    "many optimizer steps use the raft objective, then `loss`; 0 = off.")
+    demo_lr: float = Field(3e-4, gt=0.0, description="Learning rate of a warm-start step: a step whose samples are "
+                           "mostly demonstrations (TrainingSample.demo_source; trained by likelihood) uses it "
+                           "instead of `lr` (behaviour cloning takes a larger step than the policy gradient).")
     normalisation: str = Field("rollout_mean", description="Token aggregation inside a rollout: rollout_mean (mean over its tokens) or dr_grpo (sum / max_tokens). Rollouts are then averaged.")
     max_tokens: int = Field(512, ge=1, description="Dr.GRPO normalisation constant (tokens per rollout); used only with normalisation = dr_grpo.")
     eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Importance ratio clipped below at 1 - eps_low.")
@@ -97,6 +100,11 @@ class TrainerConfig(StrictModel):
     def objective_at(self, step: int) -> str:
         """The objective of optimizer step ``step`` (0-based): raft during the warm-up, then ``loss``."""
         return "raft" if step < self.raft_warmup_steps else self.loss
+
+    def lr_scale(self, demonstrations: int, samples: int) -> float:
+        """The factor on ``lr`` of a step of ``samples`` samples, ``demonstrations`` of them demonstrations: ``demo_lr``
+        for a warm-start step (more than half demonstrations), else ``lr``."""
+        return self.demo_lr / self.lr if samples and demonstrations * 2 > samples else 1.0
 
     def loss_config(self) -> LossConfig:
         from streamgrpo.trainer.losses import LossConfig

@@ -262,11 +262,13 @@ def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: Traine
                         max_tokens=cfg.max_tokens, temperature=cfg.temperature,
                         replay=grammar_replay(state, cfg) if constrained else None)
     objective = cfg.objective_at(state.step)
+    demos = sum(s.demo_source is not None for s in samples)
     step_cfg = StepConfig(loss=build_loss(objective), loss_config=cfg.loss_config(), max_grad_norm=cfg.max_grad_norm,
-                          share_prefix=cfg.share_prefix)
+                          share_prefix=cfg.share_prefix, lr_scale=cfg.lr_scale(demos, len(samples)))
     metrics = optimizer_step(state.model, state.optimizer, state.scheduler,
                              micro_batches(batch, cfg.micro_batch_tokens, cfg.share_prefix), step_cfg)
     metrics["raft_phase"] = float(objective == "raft" and cfg.loss != "raft")
+    metrics["warm_start"] = float(step_cfg.lr_scale != 1.0 or (demos * 2 > len(samples)))
     state.step += 1
     return metrics
 

@@ -39,6 +39,7 @@ class StepConfig:
     loss_config: LossConfig
     max_grad_norm: float | None = 1.0
     share_prefix: bool = True  #: compute each prompt prefix shared by several rows once (``trainer.prefix``)
+    lr_scale: float = 1.0  #: this step's learning rate is the optimizer's times this (restored after the step)
 
 
 def _logp(model: Any, mb: Batch, cfg: StepConfig) -> torch.Tensor:
@@ -67,7 +68,8 @@ def accumulate_gradients(model: Any, micro: Sequence[Batch], cfg: StepConfig) ->
         ref = _reference_logp(model, mb, cfg) if cfg.loss_config.kl_coef > 0 else None
         logp = _logp(model, mb, cfg)
         out = cfg.loss(LossInputs(logp, mb.behaviour_logp, mb.advantages, mb.action_mask,
-                                  mb.token_weights, mb.row_weights, ref, prox_logp=logp.detach()), cfg.loss_config)
+                                  mb.token_weights, mb.row_weights, ref, prox_logp=logp.detach(), demo=mb.demo),
+                       cfg.loss_config)
         out.loss.backward()
         for name in ("loss", "pg_loss", "kl", "clipped", "tokens", "is_weight", "truncated"):
             sums[name] += float(getattr(out, name).detach())
@@ -96,8 +98,13 @@ def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
     else:
         grad_norm = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * cfg.lr_scale
     lr = float(optimizer.param_groups[0]["lr"])
     optimizer.step()
+    for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
+        group["lr"] = base
     if scheduler is not None:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -117,15 +124,20 @@ def summarise(sums: dict[str, float], micro: Sequence[Batch], grad_norm: float, 
     """Turn summed statistics into the metrics dict (pure)."""
     tokens = sums.get("tokens", 0.0)
     adv: dict[int, float] = {}
+    demos: set[int] = set()
     for mb in micro:
-        for r, a in zip(mb.rollout_index.tolist(), mb.advantages.tolist(), strict=True):
-            adv[r] = a
+        for r, a, d in zip(mb.rollout_index.tolist(), mb.advantages.tolist(), mb.demo.tolist(), strict=True):
+            if d:
+                demos.add(r)
+            else:
+                adv[r] = a
     metrics = {
         "loss": sums.get("loss", 0.0), "pg_loss": sums.get("pg_loss", 0.0), "kl": sums.get("kl", 0.0),
         "clip_frac": sums.get("clipped", 0.0) / tokens if tokens else 0.0, "tokens": tokens,
         "is_weight_mean": sums.get("is_weight", 0.0) / tokens if tokens else 0.0,
         "tis_truncated_frac": sums.get("truncated", 0.0) / tokens if tokens else 0.0,
         "mean_adv": sum(adv.values()) / len(adv) if adv else 0.0, "rollouts": float(len(adv)),
+        "demonstrations": float(len(demos)),
         "grad_norm": grad_norm, "lr": lr,
     }
     for key, value in sums.items():

@@ -47,6 +47,8 @@ class LossInputs:
     ref_logp:        (B, T) float or None, reference-policy log-probs (no grad) for the KL term
     prox_logp:       (B, T) float or None, the trainer's recomputation of the policy before this step
                      (no grad); None: the value of ``logp`` (one optimizer update per batch)
+    demo:            (B,)   bool or None, rows given by a demonstration: trained by likelihood
+                     (:func:`demo_term`); their advantage is 0, so no policy-gradient term moves them
     """
 
     logp: Tensor
@@ -57,13 +59,14 @@ class LossInputs:
     row_weights: Tensor
     ref_logp: Tensor | None = None
     prox_logp: Tensor | None = None
+    demo: Tensor | None = None
 
 
 @dataclass(frozen=True)
 class LossOutput:
     """Result of a loss call. ``loss`` is differentiable; the rest are detached statistics.
 
-    loss:        ()  pg_loss + kl_coef * kl + raft_coef * raft (weighted sums; add them over micro-batches)
+    loss:        ()  pg_loss + kl_coef * kl + raft_coef * raft + demo (weighted sums; add them over micro-batches)
     pg_loss:     ()  policy-gradient part
     kl:          ()  weighted KL estimate (0 when no reference is given)
     clipped:     ()  number of action tokens whose clipped branch is active (no gradient from them)
@@ -103,6 +106,17 @@ def raft_term(inputs: LossInputs) -> Tensor:
     return -(inputs.logp * inputs.token_weights * chosen).sum()
 
 
+def demo_term(inputs: LossInputs) -> Tensor:
+    """Behaviour cloning of demonstrations: the weighted negative log-likelihood of the action tokens of the rows a
+    demonstration gave (``inputs.demo``), under the grammar-masked distribution the trainer recomputes. The same
+    token weights as every term, so a step that mixes demonstrations and policy samples gives each sample its
+    share. Shape (); 0 when no row is a demonstration's."""
+    if inputs.demo is None:
+        return inputs.logp.new_zeros(())
+    chosen = inputs.action_mask & inputs.demo.unsqueeze(1)  # (B, T)
+    return -(inputs.logp * inputs.token_weights * chosen).sum()
+
+
 def old_and_weight(inputs: LossInputs, cfg: LossConfig) -> tuple[Tensor, Tensor]:
     """(B, T) each: the log-probs the ratio is taken against, and the UNCAPPED log importance weight
     (``losses.correction``; each loss caps it at token or sequence level)."""
@@ -126,6 +140,8 @@ def finish(pg_loss: Tensor, kl: Tensor, clipped: Tensor, inputs: LossInputs, cfg
     loss = pg_loss + cfg.kl_coef * kl
     if cfg.raft_coef:
         loss = loss + cfg.raft_coef * raft_term(inputs)
+    if inputs.demo is not None:
+        loss = loss + demo_term(inputs)
     return LossOutput(
         loss=loss,
         pg_loss=pg_loss.detach(),
