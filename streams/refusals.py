@@ -7,7 +7,9 @@ the version of each new group) does, one ``DeadLetter`` per record on ``dead-let
 
 - an ``AdapterPublished`` the registry fold refuses (:mod:`streamgrpo.lifecycle.lineage_check`: a version below
   1, a self, newer or unknown parent, a version not newer than the newest or far past it, an announced
-  version with another sha256): reason code ``adapter_lineage`` and the fold's reason. The fold ignores it
+  version with another sha256; or typed facts out of their domain), or a lifecycle action it refuses (a version
+  never announced, a writer that may not act: :mod:`streamgrpo.lifecycle.writers`): reason code
+  ``adapter_lineage`` and the fold's reason, named by the refused event's type. The fold ignores it
   either way (never primary, never served); the dead letter says why;
 - a record that does not decode, or an event that does not belong on the topic: ``decode_error`` /
   ``wrong_event_type``, as every consumer classifies them.
@@ -52,7 +54,7 @@ def letters_of(rec: Received, refusals: list[Refused]) -> list[Letter]:
     """The dead letters one ``adapter-events`` record calls for (pure): one per refusal, or its decoding error."""
     if rec.event is None:
         return [(rec, rec.error_code or "decode_error", rec.error or "undecodable record")]
-    return [(rec, REASON_CODE, f"AdapterPublished {r.adapter_name}@v{r.version} refused: {r.reason}")
+    return [(rec, REASON_CODE, f"{r.event_type} {r.adapter_name}@v{r.version} refused: {r.reason}")
             for r in refusals]
 
 

@@ -97,14 +97,14 @@ def test_bad_actions_are_clear_errors_and_write_nothing(kafka_ns: KafkaSettings)
     missing = cli(kafka_ns, "promote", "2")
     assert missing.returncode != 0 and "--reason" in missing.stderr
     assert len(lifecycle_events(kafka_ns)) == before
-    send(kafka_ns, R.AdapterRolledBack(R.Envelope.new("ab"), "planner", 2, 0, "worse"))
+    send(kafka_ns, R.AdapterRolledBack(R.Envelope.new("ab-controller"), "planner", 2, 0, "worse"))
     again = cli(kafka_ns, "promote", "2", "--reason", "x")
     assert again.returncode != 0 and "ROLLED_BACK" in again.stderr
 
 
 def test_approval_flow_and_registry_figures(kafka_ns: KafkaSettings) -> None:
     send(kafka_ns, publish(1, None),
-         R.AdapterVerdict(R.Envelope.new("ab"), "planner", 1, 0, "better", "await_approval", "line better"))
+         R.AdapterVerdict(R.Envelope.new("ab-controller"), "planner", 1, 0, "better", "await_approval", "line better"))
     state = R.AdapterState(R.Envelope.new("registry"), "planner", 1, R.AdapterStatus.AWAITING_APPROVAL,
                            R.now_utc(), groups=12, reward_count=48, reward_mean=0.5, success_rate=0.4,
                            eval_accuracy=0.31, eval_ci_low=0.2, eval_ci_high=0.4, eval_task_set="builtin:heldout")

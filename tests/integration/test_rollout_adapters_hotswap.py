@@ -83,7 +83,7 @@ def test_follower_hot_swaps_verified_adapters_and_refuses_bad_ones(kafka_ns: Kaf
         blob.write_bytes(bytes(data))
         with EventProducer(kafka_ns, service="trainer") as producer:
             producer.send(published(1, v1_dir.as_uri(), v1_sha))
-            producer.send(R.AdapterPromoted(envelope=R.Envelope.new("streams"), adapter_name=NAME, version=1,
+            producer.send(R.AdapterPromoted(envelope=R.Envelope.new("ab-controller"), adapter_name=NAME, version=1,
                                             previous_version=0, reason="test"))
             producer.send(published(2, str(v2_dir), v2_sha))
             producer.send(published(3, str(tmp_path / "store" / NAME / "v3"), v1_sha))  # never written

@@ -39,7 +39,9 @@ def test_fanout_versions_and_backpressure(kafka_ns: KafkaSettings, tmp_path: Pat
                            {"max_groups_in_flight": 2, "max_turns": 4, "admission_poll_s": 0.1})
     try:
         with EventProducer(kafka_ns, "test") as prod:
-            prod.send(R.AdapterPublished(R.Envelope.new("trainer"), "planner", 3, "file:///x", "0" * 64, "base", 30, []))
+            for v in (1, 2, 3):  # the line from v1, as the trainer publishes it: v3 is the newest
+                prod.send(R.AdapterPublished(R.Envelope.new("trainer"), "planner", v, f"file:///x/v{v}", "0" * 64,
+                                             "base", 10 * v, [], parent_version=v - 1 if v > 1 else None))
             prod.flush()
             for i in range(3):
                 prod.send(task(i))

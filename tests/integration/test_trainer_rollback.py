@@ -117,7 +117,8 @@ def test_a_rollback_while_training_discards_the_step_and_restores_the_primary(ka
         deadline = time.monotonic() + 120
         while len(published(kafka_ns)) < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
-        await asyncio.to_thread(send, kafka_ns, R.AdapterRolledBack(R.Envelope.new("test"), "planner", 1, 0, "bad"))
+        await asyncio.to_thread(send, kafka_ns, R.AdapterRolledBack(R.Envelope.new("test"), "planner", 1, 0, "bad",
+                                                                    decided_by="human:ada"))
         await asyncio.sleep(2.0)  # the trainer's follower folds it
         await asyncio.to_thread(send, kafka_ns, *make_samples(tok, 4, seed=5, behaviour_version=0))
         return await asyncio.wait_for(task, timeout=240)

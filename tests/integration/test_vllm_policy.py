@@ -105,7 +105,8 @@ def test_hot_swap_follows_published_adapters(server: Server) -> None:
     policy = server.policy(keep_last=1)
     follower = AdapterFollower(policy, adapter_name=ADAPTER, keep_last=1)
     prompt = prompt_ids(policy.tokenizer)
-    follower.handle(server.adapters.publish(2, seed=2))
+    # the line from v1, as a follower catching up meets it: v1 is superseded by v2 in the batch, so only v2 loads
+    follower.handle_batch([server.adapters.announcement(1, seed=1), server.adapters.publish(2, seed=2)])
     assert policy.resident_versions(ADAPTER) == [2] and f"{ADAPTER}@v2" in policy.served_models()
     gen = policy.generate([prompt], sampling(24), adapter_name=ADAPTER, adapter_version=2)[0]
     assert max_gap(server, prompt, gen, server.adapters.written[2]) < FP32_TOLERANCE  # v2 serves, exactly

@@ -9,6 +9,7 @@ archive whose files predate the v4 columns (:data:`FORMS`); the view reads the s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,8 @@ def history(form: str = "typed") -> SyntheticLog:
                                    PARENTS[version], **recorded(form)))
         if version == 3:
             t += 1
-            log.put(R.AdapterRolledBack(env("rb", t, task_id="3"), "planner", 3, 1, "worse than v1"))
+            by_controller = replace(env("rb", t, task_id="3"), producer=R.Producer("ab-controller", "h:1"))
+            log.put(R.AdapterRolledBack(by_controller, "planner", 3, 1, "worse than v1"))
     return log
 
 

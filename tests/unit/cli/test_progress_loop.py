@@ -11,8 +11,8 @@ from streamgrpo.cli.progress import Progress, plot_heldout
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def env(seconds: float, **ids: str) -> R.Envelope:
-    e = R.Envelope.new("test", **ids)
+def env(seconds: float, service: str = "test", **ids: str) -> R.Envelope:
+    e = R.Envelope.new(service, **ids)
     return R.Envelope(e.event_id, T0 + timedelta(seconds=seconds), e.producer, e.task_id, e.group_id, e.rollout_id)
 
 
@@ -69,7 +69,7 @@ def test_lifecycle_decisions_and_human_rewards_in_the_report() -> None:
     person = R.Reward(env(21, group_id="g", rollout_id="r1"), 0.0, R.RewardStatus.OK, R.JudgeInfo("human:ada", "h"),
                       4, "planner", 1, 1, R.RolloutStatus.ANSWERED)
     for e in [published(1, 10), published(2, 30), judge, person,
-              R.AdapterPromoted(env(40), "planner", 1, 0, "better: p 0.01", {"canary_groups": 9.0, "p_value": 0.01}),
+              R.AdapterPromoted(env(40, "ab-controller"), "planner", 1, 0, "better: p 0.01", {"canary_groups": 9.0, "p_value": 0.01}),
               R.AdapterRolledBack(env(50), "planner", 2, 1, "worse", decided_by="human:bob")]:
         p.apply(e)
     life = p.summary()["lifecycle"]

@@ -22,12 +22,12 @@ def published(version: int, uri: str = "/nowhere", sha: str = "0" * 64, name: st
 
 
 def promoted(version: int, previous: int = 0) -> R.AdapterPromoted:
-    return R.AdapterPromoted(envelope=R.Envelope.new("streams"), adapter_name="planner", version=version,
+    return R.AdapterPromoted(envelope=R.Envelope.new("ab-controller"), adapter_name="planner", version=version,
                              previous_version=previous, reason="canary won")
 
 
 def rolled_back(version: int, restored: int) -> R.AdapterRolledBack:
-    return R.AdapterRolledBack(envelope=R.Envelope.new("streams"), adapter_name="planner", version=version,
+    return R.AdapterRolledBack(envelope=R.Envelope.new("ab-controller"), adapter_name="planner", version=version,
                                restored_version=restored, reason="canary lost")
 
 

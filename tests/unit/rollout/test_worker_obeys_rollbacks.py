@@ -59,7 +59,7 @@ def test_a_group_asked_on_a_rolled_back_version_runs_on_the_primary() -> None:
     policy, sink = AnswerAtOnce(), Sink()
     follower = AdapterFollower(policy, adapter_name="planner", canary_share=0.5)
     follower.registry.apply(R.AdapterPublished(R.Envelope.new("trainer"), "planner", 1, "/a/1", "0" * 64, "b", 1, []))
-    follower.registry.apply(R.AdapterRolledBack(R.Envelope.new("ab"), "planner", 1, 0, "worse"))
+    follower.registry.apply(R.AdapterRolledBack(R.Envelope.new("ab-controller"), "planner", 1, 0, "worse"))
     assert follower.serving_version("planner", 1) == 0 and follower.serving_version("planner", 0) == 0
     worker = RolloutWorker(RolloutConfig(follow_adapters=False), KafkaSettings(), LoopContext(policy=policy, tools={}),
                            sink, follower)

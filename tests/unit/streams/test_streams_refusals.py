@@ -25,3 +25,8 @@ def test_one_letter_per_refusal_or_decoding_error_and_none_for_a_good_announceme
     assert letters_of(record(None, 2, "decode_error"), []) == [(record(None, 2, "decode_error"), "decode_error",
                                                                 "bad bytes")]
     assert view.adapters("planner").primary == 1
+    rollback = R.AdapterRolledBack(R.Envelope.new("forger"), "planner", 1, 0, "forged")  # no operator identity
+    (letter,) = letters_of(record(rollback, 3), refusals := view.apply(rollback))
+    assert refusals[0].event_type == "AdapterRolledBack" and letter[1] == "adapter_lineage"
+    assert letter[2].startswith("AdapterRolledBack planner@v1 refused: AdapterRolledBack of v1 written by 'forger'")
+    assert view.adapters("planner").primary == 1

@@ -20,8 +20,8 @@ def registry() -> AdapterRegistry:
     reg = AdapterRegistry(0.5)
     for v, parent in ((1, None), (2, 1), (3, 2)):
         reg.apply(pub(v, parent))
-    reg.apply(R.AdapterPromoted(R.Envelope.new("ab"), "planner", 2, 0, "better"))
-    reg.apply(R.AdapterRolledBack(R.Envelope.new("ab"), "planner", 3, 2, "worse"))
+    reg.apply(R.AdapterPromoted(R.Envelope.new("ab-controller"), "planner", 2, 0, "better"))
+    reg.apply(R.AdapterRolledBack(R.Envelope.new("ab-controller"), "planner", 3, 2, "worse"))
     return reg
 
 
