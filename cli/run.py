@@ -63,7 +63,7 @@ class RunSettings:
     until_version: int | None = None
     final_eval: bool = True
     policy: str = "local"
-    demos: str = "builtin:train"  # demonstrations submitted before the tasks ("none": none)
+    demos: str = "auto"  # demonstrations submitted before the tasks (auto: the built-in expert's with builtin tasks)
     demo_passes: int = 1
 
 
@@ -186,7 +186,7 @@ def execute(cfg: RunSettings) -> Path:
         tracker.start()
         d = _submit_demos(cfg, kafka)
         n = _submit(cfg, kafka)
-        demos = f"{d} demonstration(s) ({cfg.demos}, {cfg.demo_passes} pass(es)) then " if d else ""
+        demos = f"{d} demonstration(s) ({demo_source(cfg.demos, cfg.tasks)}) then " if d else ""
         click.echo(f"submitted {demos}{n} task(s) x group size {cfg.group_size}")
         failure = _watch(sup, tracker, cfg.duration_s, cfg.until_version,
                          lambda: broker_death(broker.proc if broker else None, broker_log))
@@ -253,7 +253,8 @@ def _submit(cfg: RunSettings, kafka: KafkaSettings) -> int:
 
 def _submit_demos(cfg: RunSettings, kafka: KafkaSettings) -> int:
     """Publish ``cfg.demos`` (``demo_passes`` times, each pass its own tasks) ahead of the tasks: the warm start."""
-    if cfg.demos == "none" or cfg.demo_passes < 1:
+    source = demo_source(cfg.demos, cfg.tasks)
+    if source is None or cfg.demo_passes < 1:
         return 0
     from streamgrpo.tasks.reader import read_demo_rows
     from streamgrpo.topics.producer import EventProducer
@@ -262,11 +263,19 @@ def _submit_demos(cfg: RunSettings, kafka: KafkaSettings) -> int:
     published = 0
     with EventProducer(kafka, "submit") as producer:
         for _ in range(cfg.demo_passes):
-            report = publish_rows(read_demo_rows(cfg.demos), producer, group_size=1, skip_invalid=True)
+            report = publish_rows(read_demo_rows(source), producer, group_size=1, skip_invalid=True)
             published += report.published
             for n, reason in report.rejected[:5]:
                 click.echo(f"demonstration row {n} rejected: {reason}", err=True)
     return published
+
+
+def demo_source(demos: str, tasks: str) -> str | None:
+    """The demonstrations ``run --demos`` submits: ``auto`` is the built-in expert's (``builtin:train``) when the tasks
+    are the built-in training split (they demonstrate its tools and corpus), none for a task file of your own."""
+    if demos == "auto":
+        return "builtin:train" if tasks in ("builtin:train", "builtin:train-wide") else None
+    return None if demos == "none" else demos
 
 
 def _watch(sup: Supervisor, tracker: RunTracker, duration_s: float, until_version: int | None,
@@ -398,10 +407,11 @@ def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:
               help="Planner backend of the rollout workers. 'vllm' starts and supervises a local vLLM server "
                    "(`make setup-vllm` installs it; [rollout] vllm_* settings) and loads each published adapter "
                    "into it.")
-@click.option("--demos", default="builtin:train", show_default=True,
+@click.option("--demos", default="auto", show_default=True,
               help="Demonstrations submitted ahead of the tasks, executed through the real tools and trained on by "
-                   "likelihood first (the warm start): `builtin:train` (the built-in expert's, training split only), a "
-                   "JSONL file (`streamgrpo submit --demos` format), or `none`.")
+                   "likelihood first (the warm start): `auto` (the built-in expert's 298 when --tasks is the built-in "
+                   "training split, none for a task file of yours), `builtin:train`, a JSONL file (`streamgrpo submit "
+                   "--demos` format), or `none`.")
 @click.option("--demo-passes", type=click.IntRange(0, 16), default=1, show_default=True,
               help="How many times the demonstrations are submitted (each pass is trained on once).")
 @click.pass_context

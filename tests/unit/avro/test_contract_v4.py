@@ -29,10 +29,8 @@ def golden(version: str, name: str) -> bytes:
     return (GOLDEN / version / f"streamgrpo.events.{name}.bin").read_bytes()
 
 
-def test_v4_is_released_verbatim_with_golden_bytes() -> None:
-    assert "v4" in registry.released()
-    for path in registry.SCHEMA_DIR.glob("*.avsc"):
-        assert (registry.RELEASED_DIR / "v4" / path.name).read_text() == path.read_text(), path.name
+def test_v4_stays_released_with_golden_bytes() -> None:
+    assert "v4" in registry.released()  # verbatim today's schemas until v5 (test_contract_v5.py)
     published = Codec().decode(golden("v4", "AdapterPublished"), R.AdapterPublished)
     assert (published.drops, published.samples_dequeued, published.max_staleness, published.auto_promote) == (
         {"stale": 2, "duplicate": 1}, 9, 2, True)
@@ -58,10 +56,10 @@ def test_v3_readers_resolve_v4_bytes_given_the_writer_schema() -> None:
     for name, kind in (("AdapterPublished", R.AdapterPublished), ("PlannerAction", R.PlannerAction)):
         full = f"streamgrpo.events.{name}"
         body = golden("v4", name)[10:]
-        old = schemaless_reader(io.BytesIO(body), registry.current()[full].parsed,
+        old = schemaless_reader(io.BytesIO(body), registry.released()["v4"][full].parsed,
                                 registry.released()["v3"][full].parsed)
-        expected = next(e for e in sample_events() if isinstance(e, kind)).to_avro()
-        for field in (*V4_PUBLISHED, "role"):
+        expected = next(e for e in sample_events("v4") if isinstance(e, kind)).to_avro()
+        for field in (*V4_PUBLISHED, "role", "demo_source"):
             expected.pop(field, None)
         assert set(old) == set(expected)
         assert old["adapter_name"] == expected["adapter_name"]
