@@ -108,7 +108,7 @@ def out_of_domain(event: R.AdapterPublished) -> str | None:
     if dequeued < 0:
         return f"samples_dequeued {dequeued} is negative"
     if dequeued > records:
-        return f"samples_dequeued {dequeued} exceeds the {records} records of its training-samples lineage"
+        return f"samples_dequeued {dequeued} exceeds the {records} records of its lineage"
     return None
 
 
