@@ -16,11 +16,15 @@ from __future__ import annotations
 import getpass
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from streamgrpo.config import KafkaSettings
 from streamgrpo.topics import catalog
+
+if TYPE_CHECKING:
+    from streamgrpo.avro.records import Task
 
 
 def read_labels(path: Path) -> list[tuple[str, float]]:
@@ -65,9 +69,12 @@ def _open_groups(kafka: KafkaSettings, groups: set[str]) -> set[str]:
 @click.option("--topic-prefix", default=None, help="Topic prefix ([kafka] topic_prefix).")
 @click.option("--run", "run_id", default=None, metavar="ID",
               help="A live `streamgrpo run` (default: the latest live one when no Kafka is configured).")
+@click.option("--as-demo", is_flag=True, help="Also promote each rollout labelled correct to a demonstration: a new "
+              "task whose steps are the rollout's own planner replies, executed through the real tools, judged and "
+              "trained on by likelihood (README: Demonstrations).")
 @click.pass_context
 def label(ctx: click.Context, rollout_id: str | None, score: float | None, file: Path | None, by: str,
-          bootstrap: str | None, topic_prefix: str | None, run_id: str | None) -> None:
+          bootstrap: str | None, topic_prefix: str | None, run_id: str | None, as_demo: bool) -> None:
     """Reward ROLLOUT_ID with SCORE (0 = wrong .. 1 = right) as a person, or every label in --file.
 
     The window uses a human reward ahead of the judge's while the rollout's group is open; it is kept
@@ -87,6 +94,7 @@ def label(ctx: click.Context, rollout_id: str | None, score: float | None, file:
                                    topic_prefix=topic_prefix)
     if run is not None and not run.live():
         raise LabelError(f"run {run.run_id} has finished: its groups are closed, a label would change nothing")
+    demos = _demo_tasks(kafka, pairs, by) if as_demo else []  # checked before anything is written
     rewards = label_rollouts(kafka, [Label(r, s) for r, s in pairs], by)
     still_open = _open_groups(kafka, {r.envelope.group_id or "" for r in rewards})
     for r in rewards:
@@ -94,3 +102,28 @@ def label(ctx: click.Context, rollout_id: str | None, score: float | None, file:
                   else "its group already closed: recorded, no advantage changes")
         click.echo(f"labelled rollout {r.envelope.rollout_id} (adapter v{r.adapter_version}) {r.score:g} as "
                    f"{r.judge.name}: {effect}")
+    if demos:
+        from streamgrpo.topics.producer import EventProducer
+
+        with EventProducer(kafka, "label") as producer:
+            for task in demos:
+                producer.send(task)
+        for rollout, task in zip([r for r, _ in pairs], demos, strict=True):
+            steps = task.demonstration.steps if task.demonstration is not None else []
+            click.echo(f"rollout {rollout} promoted to demonstration task {task.envelope.task_id} ({len(steps)} "
+                       "steps): it is executed, judged and trained on like any demonstration")
+
+
+def _demo_tasks(kafka: KafkaSettings, pairs: list[tuple[str, float]], by: str) -> list[Task]:
+    """``--as-demo``: the demonstration Task of each labelled rollout (:mod:`streamgrpo.topics.demo_label`); a
+    LabelError before anything is written when one cannot be a demonstration."""
+    from streamgrpo.topics.demo_label import demonstration_for
+    from streamgrpo.topics.sdk import LabelError, find_rollouts
+
+    found = find_rollouts(kafka, {r for r, _ in pairs})
+    out: list[Task] = []
+    for rollout, score in pairs:
+        if rollout not in found:
+            raise LabelError(f"unknown rollout {rollout!r}: no RolloutCompleted with that id on `{catalog.ROLLOUTS}`")
+        out.append(demonstration_for(kafka, found[rollout], score, by))
+    return out
