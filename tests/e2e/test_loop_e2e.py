@@ -1,7 +1,9 @@
 """The whole loop on SmolLM2, as a user runs it (`streamgrpo run`), checked from the events.
 
 Bounded: stops as soon as a rollout served by adapter v1 completed (`--until-version 1`), or
-after the duration (then the assertions say what did not happen).
+after the duration (then the assertions say what did not happen). GRPO alone (`--demos none`): the warm start's
+demonstrations would take most of the duration before v1 served a policy rollout; they have their own tests
+(tests/integration/test_demonstrations_loop.py).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def test_run_publishes_adapters_and_the_worker_switches(kafka_ns: KafkaSettings,
     env.pop("STREAMGRPO_BOOTSTRAP", None)
     proc = subprocess.run(
         [sys.executable, "-m", "streamgrpo.cli", "run", "--bootstrap", kafka_ns.bootstrap or "", "--home", str(home),
-         "--duration", "1200", "--until-version", "1", "--limit", "40", "--group-size", "4"],
+         "--duration", "1200", "--until-version", "1", "--limit", "40", "--group-size", "4", "--demos", "none"],
         env=env, capture_output=True, text=True, timeout=1400,
     )
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(home.glob("runs/*/logs/*.log")))
