@@ -34,7 +34,13 @@ from streamgrpo.lifecycle.health import alarms
 from streamgrpo.lifecycle.pacing import CONTROL_ARM
 from streamgrpo.lifecycle.published import drops as trainer_drops
 from streamgrpo.lifecycle.registry import AdapterRegistry, Line, status
-from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD, VersionStats, carries_signal, is_human
+from streamgrpo.lifecycle.stats import (
+    SUCCESS_THRESHOLD,
+    VersionStats,
+    carries_signal,
+    is_demonstration,
+    is_human,
+)
 from streamgrpo.topics import catalog
 from streamgrpo.topics.dedup import RecentIds
 
@@ -53,24 +59,18 @@ class Demonstrations:
     warm_start_versions: list[int] = field(default_factory=list)
 
     def apply(self, event: R.Event) -> bool:
-        """Fold ``event`` if it is a demonstration's; True when it was (the policy's figures must not count it)."""
-        if isinstance(event, R.Task):
-            return event.demonstration is not None
-        if isinstance(event, R.RolloutRequest):
-            self.requested += event.demonstration is not None
-            return event.demonstration is not None
-        if isinstance(event, (R.RolloutCompleted, R.Reward, R.TrainingSample)) and event.demo_source is not None:
-            self.executed += isinstance(event, R.RolloutCompleted)
-            self.trained += isinstance(event, R.TrainingSample)
-            return True
-        if isinstance(event, R.GroupClosed):
-            return event.reason.startswith("demonstration")
-        if isinstance(event, R.DeadLetter) and event.reason_code.startswith("demonstration_"):
-            self.rejected[event.reason_code] = self.rejected.get(event.reason_code, 0) + 1
-            return True
+        """Fold ``event`` if it is a demonstration's (:func:`~streamgrpo.lifecycle.stats.is_demonstration`); True when
+        it was (the policy's figures must not count it)."""
         if isinstance(event, R.AdapterPublished) and event.metrics.get("warm_start"):
             self.warm_start_versions.append(event.version)
-        return False
+        if not is_demonstration(event):
+            return False
+        self.requested += isinstance(event, R.RolloutRequest)
+        self.executed += isinstance(event, R.RolloutCompleted)
+        self.trained += isinstance(event, R.TrainingSample)
+        if isinstance(event, R.DeadLetter):
+            self.rejected[event.reason_code] = self.rejected.get(event.reason_code, 0) + 1
+        return True
 
     def line(self) -> str:
         """``demos 298 executed, 296 trained, 2 rejected (demonstration_wrong 2) | warm start v1-v37``, or ''."""

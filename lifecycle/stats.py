@@ -222,11 +222,14 @@ class VersionStats:
 
 
 def is_demonstration(event: R.Event) -> bool:
-    """A demonstration's fact (``demo_source`` set, or its group's ``GroupClosed`` reason ``demonstration*``): what
-    the demonstrator did, not what a version did -- never in a version's figures, the A/B test or the alarms."""
+    """A demonstration's fact (a Task or RolloutRequest with a ``demonstration``, an event with ``demo_source`` set,
+    its group's ``GroupClosed`` reason ``demonstration*``, a ``demonstration_*`` dead letter): what the demonstrator
+    did, not what a version did -- never in a version's figures, the A/B test or the alarms."""
     if isinstance(event, R.GroupClosed):
         return event.reason.startswith("demonstration")
-    return getattr(event, "demo_source", None) is not None
+    if isinstance(event, R.DeadLetter):
+        return event.reason_code.startswith("demonstration_")
+    return getattr(event, "demonstration", None) is not None or getattr(event, "demo_source", None) is not None
 
 
 def is_human(reward: R.Reward) -> bool:

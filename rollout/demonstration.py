@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 ENGINE = "demonstration"
 
 
+def source_of(request: R.RolloutRequest) -> str | None:
+    """The ``demo_source`` every event of ``request``'s rollout carries: its demonstration's source, or None."""
+    return request.demonstration.source if request.demonstration is not None else None
+
+
 def step_count(request: R.RolloutRequest) -> int:
     return len(request.demonstration.steps) if request.demonstration is not None else 0
 

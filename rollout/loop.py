@@ -291,7 +291,7 @@ def _act(traj: _Trajectory, gen: Generation, turn: int, ctx: LoopContext, sink: 
     traj.served_version = gen.adapter_version
     parsed = planner.parse(effective_prefix(ctx) + gen.text, answer_in_call=ctx.answer_in_call == "accept")
     step = parsed.value
-    demo_source = req.demonstration.source if req.demonstration is not None else None
+    demo_source = demonstration.source_of(req)
     sink(R.PlannerAction(
         envelope=traj.envelope(ctx.service, "planner_action", turn), prompt_token_ids=list(gen.prompt_token_ids),
         action_text=gen.text, action_token_ids=list(gen.token_ids), behaviour_logprobs=list(gen.logprobs),
@@ -395,7 +395,7 @@ def _complete(
         final_answer=answer, turns=result.turns, status=status, group_size=req.group_size,
         adapter_name=req.adapter_name, adapter_version=version,
         duration_ms=int((time.monotonic() - traj.started) * 1000), error=error, tool_calls=dict(traj.tool_calls),
-        demo_source=req.demonstration.source if req.demonstration is not None else None,
+        demo_source=demonstration.source_of(req),
     ))
     metrics.current().inc(metrics.ROLLOUTS, status=status)
     metrics.current().observe(metrics.ROLLOUT_DURATION, time.monotonic() - traj.started)

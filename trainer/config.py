@@ -101,10 +101,15 @@ class TrainerConfig(StrictModel):
         """The objective of optimizer step ``step`` (0-based): raft during the warm-up, then ``loss``."""
         return "raft" if step < self.raft_warmup_steps else self.loss
 
+    @staticmethod
+    def warm_start_step(demonstrations: int, samples: int) -> bool:
+        """Whether a step of ``samples`` samples, ``demonstrations`` of them demonstrations, is a warm-start step
+        (more than half demonstrations; recorded as the step's ``warm_start`` metric)."""
+        return samples > 0 and demonstrations * 2 > samples
+
     def lr_scale(self, demonstrations: int, samples: int) -> float:
-        """The factor on ``lr`` of a step of ``samples`` samples, ``demonstrations`` of them demonstrations: ``demo_lr``
-        for a warm-start step (more than half demonstrations), else ``lr``."""
-        return self.demo_lr / self.lr if samples and demonstrations * 2 > samples else 1.0
+        """The factor on ``lr`` of a step: ``demo_lr`` for a :meth:`warm_start_step`, else ``lr``."""
+        return self.demo_lr / self.lr if self.warm_start_step(demonstrations, samples) else 1.0
 
     def loss_config(self) -> LossConfig:
         from streamgrpo.trainer.losses import LossConfig

@@ -268,7 +268,7 @@ def train_step(state: TrainerState, samples: list[R.TrainingSample], cfg: Traine
     metrics = optimizer_step(state.model, state.optimizer, state.scheduler,
                              micro_batches(batch, cfg.micro_batch_tokens, cfg.share_prefix), step_cfg)
     metrics["raft_phase"] = float(objective == "raft" and cfg.loss != "raft")
-    metrics["warm_start"] = float(step_cfg.lr_scale != 1.0 or (demos * 2 > len(samples)))
+    metrics["warm_start"] = float(cfg.warm_start_step(demos, len(samples)))
     state.step += 1
     return metrics
 
