@@ -26,3 +26,8 @@ def human(name: str) -> str | None:
 def is_human(judge_name: str) -> bool:
     """Whether ``judge_name`` is a person's provenance, not a judge's."""
     return judge_name.startswith(HUMAN_PREFIX)
+
+
+def bare(name: str) -> str:
+    """``human:ada`` -> ``ada`` (a judge's name is returned as it is)."""
+    return name[len(HUMAN_PREFIX):] if is_human(name) else name

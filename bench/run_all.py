@@ -107,7 +107,7 @@ BENCHES: dict[str, Bench] = {
                           "TRL GRPOTrainer; the base model", long=True,
                           hide=("trl", "streamgrpo", "heldout_base", "workdir", "eval_commands"), rows=()),
     "learning": Bench(("bench_learning.py", "1800", "--runs", "3", "--plot", "docs/learning_heldout_3seeds.png"),
-                      "Held-out accuracy of `streamgrpo run` after 30 minutes (3 seeds)", "the base model",
+                      "Held-out accuracy of `streamgrpo run` after 30 minutes, GRPO alone before the warm start (3 seeds; the warm start: \"Learning\" below)", "the base model",
                       long=True, hide=("table", "per_run[*].heldout_base", "per_run[*].publish_to_first_rollout_s.n",
                                        "per_run[*].never_served", "per_run[*].heldout_tasks"),
                       settings=("duration_s", "runs"), rows=()),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from streamgrpo.avro import provenance
 from streamgrpo.avro.records import Demonstration, PlannerAction, RolloutCompleted, RolloutStatus, Task
 from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle.stats import SUCCESS_THRESHOLD
@@ -68,7 +69,7 @@ def demonstration_task(done: RolloutCompleted, actions: list[PlannerAction], tas
     truths = list(task.ground_truths) if task is not None and task.ground_truths else [done.final_answer]
     question = task.question if task is not None else done.question
     source = task.source if task is not None else done.source
-    demo = Demonstration(steps_of(actions), f"label:{done.envelope.rollout_id}:{who.removeprefix('human:')}")
+    demo = Demonstration(steps_of(actions), f"label:{done.envelope.rollout_id}:{provenance.bare(who)}")
     return make_task(question, source=source, group_size=1, ground_truths=truths, service="label",
                      metadata=dict(task.metadata) if task is not None else {}, demonstration=demo)
 
