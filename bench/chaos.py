@@ -48,6 +48,11 @@ def main() -> None:
     ap.add_argument("--broker-restarts", type=int, default=0,
                     help="times the broker is SIGKILLed and brought back with its log, evenly over the kill window")
     ap.add_argument("--outage-s", type=float, default=10.0, help="seconds the loop runs without its broker each time")
+    ap.add_argument("--forge", action="store_true",
+                    help="also write forged lifecycle events and NaN / out-of-range human rewards during the kills "
+                    "(each must become one dead letter; support.chaos.FORGERIES)")
+    ap.add_argument("--liveness-s", type=float, default=None,
+                    help="[loop] liveness_s of the run (a stall longer than this fails it: exit 2)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs of every child)")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -64,7 +69,8 @@ def main() -> None:
                                group_timeout_s=args.group_timeout_s, tasks=args.tasks, group_size=args.group_size,
                                min_uptime_s=args.min_uptime_s, warmup_s=args.warmup_s,
                                signals=tuple(args.signals), term_grace_s=args.term_grace_s, broker=broker,
-                               broker_restarts=args.broker_restarts, outage_s=args.outage_s)
+                               broker_restarts=args.broker_restarts, outage_s=args.outage_s, forge=args.forge,
+                               liveness_s=args.liveness_s)
             result.pop("output_tail")
             print(json.dumps({"run": i, "work": str(work / f"run{i}"), **result}), flush=True)
     if not args.keep:

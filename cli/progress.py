@@ -9,10 +9,10 @@ every partition, from the beginning, following).
 The adapter lifecycle (primary, canary, statuses, every A/B verdict and manual action) is the one
 registry fold of ``adapter-events`` (:mod:`streamgrpo.lifecycle.registry`). Per adapter version number one
 :class:`~streamgrpo.lifecycle.stats.VersionStats` folds the rollouts, the OK judge rewards and the closed
-groups: the progress line's and the report's ``per_version`` figures (count, mean reward, success rate per
-OK judge reward) and the collapse alarms (:mod:`streamgrpo.lifecycle.health`) read that one fold. Human
-rewards (provenance ``human:<name>``) are counted apart and never enter it; ERROR judge rewards are not fed
-to it (the A/B view, :class:`~streamgrpo.lifecycle.stats.Stats`, counts them as failures).
+groups: the progress line's and the report's ``per_version`` figures (count of OK judge rewards, their mean
+reward, success rate per judge reward as every other reader) and the collapse alarms (:mod:`streamgrpo.lifecycle.health`) read that one fold. Human
+rewards (provenance ``human:<name>``) are counted apart and never enter it; ERROR judge rewards enter it as
+failures (never as a score), as in the A/B view, :class:`~streamgrpo.lifecycle.stats.Stats`.
 
 What is not covered: exactness under duplicates beyond what event ids give (duplicates are
 dropped by event id, remembered in a bounded :class:`~streamgrpo.topics.dedup.RecentIds`).
@@ -31,8 +31,10 @@ from typing import Any
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.lifecycle.health import alarms
+from streamgrpo.lifecycle.liveness import Liveness
 from streamgrpo.lifecycle.pacing import CONTROL_ARM
 from streamgrpo.lifecycle.published import drops as trainer_drops
+from streamgrpo.lifecycle.published import samples_trained
 from streamgrpo.lifecycle.registry import AdapterRegistry, Line, status
 from streamgrpo.lifecycle.stats import (
     SUCCESS_THRESHOLD,
@@ -94,7 +96,7 @@ class VersionRewards:
 
     count: int  # OK judge rewards
     mean: float
-    success_rate: float  # per OK judge reward
+    success_rate: float  # per judge reward (an ERROR reward fails): VersionStats.success_rate, as every reader
 
 
 @dataclass
@@ -117,6 +119,7 @@ class Progress:
     evaluations: list[R.EvaluationCompleted] = field(default_factory=list)
     published_at: dict[int, datetime] = field(default_factory=dict)  # version -> AdapterPublished event time
     first_served: dict[int, datetime] = field(default_factory=dict)  # version -> first RolloutCompleted on it
+    trained: dict[int, int] = field(default_factory=dict)  # version -> samples it trained (published.samples_trained)
     notes: list[str] = field(default_factory=list)
     canary_share: float = 0.5  # [loop] canary_share: how the registry fold derives primary and canary
     registry: AdapterRegistry = field(init=False)  # the one fold of adapter-events
@@ -126,6 +129,7 @@ class Progress:
     #: the final evaluation's gains apart: ``warm_start`` (its last version vs base: demonstrations alone) and
     #: ``grpo_on_warm_start`` (the last adapter vs that version), when a warm start published versions
     heldout_parts: dict[str, Any] | None = None
+    liveness: Liveness = field(default_factory=Liveness)  # stalls: [loop] liveness_s (run: progress_for)
     _seen: RecentIds = field(default_factory=RecentIds)
     _probes: RecentIds = field(default_factory=RecentIds)  # group ids whose requests carry metadata["probe"]
     started: float = field(default_factory=time.time)
@@ -137,6 +141,7 @@ class Progress:
         if self._seen.seen(event.event_id):
             return
         t = time.time() if t is None else t
+        self.liveness.apply(event)  # demonstrations are work the loop must move too
         if self.demonstrations.apply(event):  # the demonstrator's facts, not the policy's: kept apart
             return
         if isinstance(event, R.Task):
@@ -150,9 +155,10 @@ class Progress:
             self.versions[v].add(event)
         elif isinstance(event, R.Reward) and is_human(event):
             self.human_rewards += 1
-        elif isinstance(event, R.Reward) and event.status is R.RewardStatus.OK:
+        elif isinstance(event, R.Reward):  # a judge's, OK or ERROR (an ERROR reward is a failure, never a score)
             self.versions[event.adapter_version].add(event, self.success_threshold)
-            self.rewards.append((t, event.adapter_version, event.score))
+            if event.status is R.RewardStatus.OK:
+                self.rewards.append((t, event.adapter_version, event.score))
         elif isinstance(event, R.RolloutRequest):
             if "probe" in event.metadata and event.envelope.group_id:
                 self._probes.add(event.envelope.group_id)
@@ -173,12 +179,13 @@ class Progress:
             for reason, n in trainer_drops(event).items():
                 self.dropped[reason] = self.dropped.get(reason, 0.0) + n
             self.published_at[event.version] = event.envelope.event_time
+            self.trained[event.version] = samples_trained(event)
         self.registry.apply(event)  # lifecycle events only (published, promoted, rolled back, verdicts, approvals)
 
     @property
     def per_version(self) -> dict[int, VersionRewards]:
         """The judge-reward figures of every version with an OK judge reward, ascending."""
-        return {v: VersionRewards(s.ok, s.reward_mean or 0.0, s.ok_success_rate or 0.0)
+        return {v: VersionRewards(s.ok, s.reward_mean or 0.0, s.success_rate or 0.0)
                 for v, s in sorted(self.versions.items()) if s.ok}
 
     def line(self) -> str:
@@ -192,8 +199,8 @@ class Progress:
                         f"v{line.primary}, canary {'v' + str(line.canary) if line.canary is not None else '-'})")
         else:
             trainer, adapters = "waiting for samples", "adapters 0"
-        warnings = self.alarms()
-        alarm = f" | ALARM: {warnings[0]}" if warnings else ""
+        warnings = [f"STALLED: {s}" for s in self.stalls()] + [f"ALARM: {a}" for a in self.alarms()]
+        alarm = f" | {warnings[0]}" if warnings else ""
         control = f", {self.groups_control_arm} A/B control only" if self.groups_control_arm else ""
         return (f"{self.demonstrations.line()}tasks {self.tasks} | rollouts {self.rollouts} | groups {self.groups} "
                 f"({self.groups_training} trained"
@@ -204,6 +211,11 @@ class Progress:
     def alarms(self) -> list[str]:
         """Collapse alarms over the versions served so far (:mod:`streamgrpo.lifecycle.health`)."""
         return alarms(self.versions)
+
+    def stalls(self, now: float | None = None) -> list[str]:
+        """What has not moved for the liveness bound (:mod:`streamgrpo.lifecycle.liveness`); every stall raised is
+        kept in ``liveness.seen`` for the report."""
+        return self.liveness.stalls(time.time() if now is None else now)
 
     def lifecycle_line(self) -> Line:
         names = {a for a in self.registry.state.lines}
@@ -228,10 +240,12 @@ class Progress:
 
     def loop_closure(self) -> dict[str, Any]:
         """How fast published adapters serve: seconds and trainer steps from AdapterPublished to the first
-        rollout completed on it; versions never served; samples the trainer dropped as stale (and dropped for
+        rollout completed on it; versions never served (a warm-start version, published while only demonstrations
+        ran, is counted apart: ``warm_start_versions``); samples the trainer dropped as stale (and dropped for
         any reason, by reason: ``duplicate`` counts redelivered samples); the A/B control arm's rollouts judged for
         the comparison only (no sample: outside the stale share's denominator, so counted here)."""
         delays, steps = [], []
+        warm = set(self.demonstrations.warm_start_versions)  # trained on demonstrations: no policy rollout is owed
         for v, published in sorted(self.published_at.items()):
             served = self.first_served.get(v)
             if served is None:
@@ -240,10 +254,11 @@ class Progress:
             steps.append(sum(1 for w, t in self.published_at.items() if w > v and t < served))
         dropped = {reason: n for reason, n in self.dropped.items() if n}
         stale = dropped.get("stale", 0.0)
-        trained = sum(m.get("rollouts", 0.0) for _, _, _, m in self.adapters)
+        trained = float(sum(self.trained.values()))
         return {
             "versions_published": len(self.published_at), "versions_served": len(delays),
-            "never_served": sorted(v for v in self.published_at if v not in self.first_served),
+            "never_served": sorted(v for v in self.published_at if v not in self.first_served and v not in warm),
+            "warm_start_versions": len(warm),
             "publish_to_first_rollout_s": _percentiles(delays),
             "trainer_steps_to_first_rollout": {"max": max(steps) if steps else None, **_percentiles(steps)},
             "samples_trained": trained, "samples_dropped_stale": stale, "samples_dropped": dropped,
@@ -273,7 +288,7 @@ class Progress:
             "demonstrations": self.demonstrations.as_dict(),
             "heldout_parts": self.heldout_parts,
             "health": {"per_version": {str(v): s.as_dict() for v, s in sorted(self.versions.items())},
-                       "alarms": self.alarms(),
+                       "alarms": self.alarms(), "stalls": list(self.liveness.seen),
                        "max_lora_b": {str(v): m["max_lora_b"] for _, v, _, m in self.adapters if "max_lora_b" in m}},
         }
 

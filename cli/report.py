@@ -93,7 +93,9 @@ def _loop_lines(loop: dict[str, Any]) -> list[str]:
 
     return ["## Loop closure", "",
             f"- adapters published {loop['versions_published']}, served {loop['versions_served']}"
-            f" (never served: {loop['never_served'] or 'none'})",
+            f" (never served: {loop['never_served'] or 'none'}"
+            + (f"; {loop['warm_start_versions']} warm-start versions, trained on demonstrations, not counted"
+               if loop.get("warm_start_versions") else "") + ")",
             f"- publication -> first rollout completed on it: p50 {fmt(delay['p50'])} s, p95 {fmt(delay['p95'])} s;"
             f" trainer steps in between: p50 {fmt(steps['p50'])}, max {fmt(steps['max'])}",
             f"- samples dropped as stale: {loop['samples_dropped_stale']:.0f} ({100 * loop['stale_share']:.1f} %)"

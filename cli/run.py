@@ -37,6 +37,7 @@ from streamgrpo.cli.progress import Progress, RunTracker
 from streamgrpo.cli.report import heldout_change, write_report
 from streamgrpo.cli.supervision import Child, Supervisor, broker_death
 from streamgrpo.config import KafkaSettings
+from streamgrpo.lifecycle.liveness import Liveness
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ def to_toml(data: dict[str, Any]) -> str:
 
 def execute(cfg: RunSettings) -> Path:
     """Run the loop; returns the report directory."""
+    from streamgrpo.errors import RunFailed
     from streamgrpo.topics.admin import ensure
     from streamgrpo.topics.broker import EmbeddedBroker
     from streamgrpo.topics.errors import BrokerError
@@ -152,6 +154,7 @@ def execute(cfg: RunSettings) -> Path:
     broker_log = run_dir / "run" / "broker.log"
     broker = None
     failure: str | None = None
+    stalled: list[str] = []  # stalls the progress line raised ([loop] liveness_s): the report fails, exit 2
     bootstrap = cfg.bootstrap
     if bootstrap is None:
         broker = EmbeddedBroker(run_dir, die_with_owner=True)  # not left running if run is SIGKILLed
@@ -200,13 +203,17 @@ def execute(cfg: RunSettings) -> Path:
         if "tracker" in locals() and cfg.final_eval and "config_file" in locals() and failure is None:
             final_evaluation(config_file, kafka, tracker.progress)
         if "tracker" in locals():
-            write_report(tracker.progress, report_dir, sup.children if "sup" in locals() else [], failure)
+            stalled = tracker.progress.liveness.seen
+            verdict = failure or (f"the run stalled: {stalled[0]}" if stalled else None)
+            write_report(tracker.progress, report_dir, sup.children if "sup" in locals() else [], verdict)
             click.echo(f"report: {report_dir}")
         if broker is not None and broker_death(broker.proc, broker_log) is None:
             broker.stop()
         runs.mark_finished(cfg.home, run_id)
     if failure is not None:
         raise BrokerError(f"the run failed: {failure}; report {report_dir}")
+    if stalled:
+        raise RunFailed(f"the run stalled: {'; '.join(stalled)}; report {report_dir}")
     return report_dir
 
 
@@ -328,7 +335,8 @@ def progress_for(config_file: Path) -> Progress:
 
     loop = config.load(config.LoopSettings, "loop", path=config_file)
     streams = config.load(StreamsSettings, "streams", path=config_file)
-    return Progress(canary_share=loop.canary_share, success_threshold=streams.success_threshold)
+    return Progress(canary_share=loop.canary_share, success_threshold=streams.success_threshold,
+                    liveness=Liveness(loop.liveness_s))
 
 
 def final_evaluation(config_file: Path, kafka: Any, progress: Progress) -> None:

@@ -123,6 +123,8 @@ class Report:
     last_dead_letter: dict[str, str] = field(default_factory=dict)
     services: list[Service] = field(default_factory=list)
     loop: dict[str, float] = field(default_factory=dict)  # LOOP_KEYS of Progress.loop_closure()
+    stalls: list[str] | None = None  # the liveness rule's (None: not judged: history, or a topic read partially)
+    liveness_s: float | None = None
     partial: list[str] = field(default_factory=list)  # whole-topic folds whose read stopped short (see status_topics)
     archive: str = ""  # a finished run's: the report is its history, read from this archive (no lags, no services)
 
@@ -130,9 +132,9 @@ class Report:
 class TopicView:
     """The topic reader and the whole-run fold of one ``status``, kept between ``--watch`` refreshes."""
 
-    def __init__(self, kafka: KafkaSettings, canary_share: float) -> None:
+    def __init__(self, kafka: KafkaSettings, canary_share: float, liveness_s: float | None = None) -> None:
         self.reader = Reader(kafka)
-        self.run = WholeRun(canary_share)
+        self.run = WholeRun(canary_share, liveness_s=liveness_s)
 
     def close(self) -> None:
         self.reader.close()
@@ -247,6 +249,7 @@ def _fill_from_topics(report: Report, view: TopicView, readings: dict[str, M.Rea
     view.run.update(reader)
     report.versions, report.registry, report.loop = view.run.versions(), view.run.registry, view.run.loop()
     report.partial = sorted(reader.partial)
+    report.stalls, report.liveness_s = view.run.stalls(report.partial, report.at), view.run.progress.liveness.bound_s
     rollout = readings.get("rollout")
     served = [v for lbl, v in (rollout.series("streamgrpo_adapter_version") if rollout and rollout.up else [])
               if lbl.get("role") == "served"]
@@ -292,6 +295,10 @@ def render(r: Report) -> str:
                      f"{r.loop['samples_dropped_stale']:.0f} (stale share {100 * r.loop['stale_share']:.1f} %)")
         lines.append(f"A/B        control arm, judged for the comparison only (no samples): "
                      f"{r.loop['control_arm_groups']:.0f} groups, {r.loop['control_arm_rollouts']:.0f} rollouts")
+    if r.stalls:
+        lines += [f"STALLED    {printable(s, keep_newlines=False)}" for s in r.stalls]
+    elif r.stalls is not None:
+        lines.append(f"liveness   ok: no stall longer than {r.liveness_s:.0f} s ([loop] liveness_s)")
     if r.partial:
         lines.append(f"PARTIAL    {', '.join(r.partial)}: not read to the end within 15 s; the figures above count "
                      "what was read (`status --watch` reads on from there at each refresh)")
@@ -369,10 +376,10 @@ def status(ctx: click.Context, watch: float | None, as_json: bool, endpoints: tu
         click.echo(json.dumps(asdict(report), default=str) if as_json else render(report))
         return
     run_config = Path(run.run_dir) / "streamgrpo.toml" if run is not None else None
-    ports = service_ports(str(run_config) if config_path is None and run_config and run_config.is_file()
-                          else config_path, evaluator=run is not None)
+    settings = str(run_config) if config_path is None and run_config and run_config.is_file() else config_path
+    ports = service_ports(settings, evaluator=run is not None)
     targets = _targets(ports, host, endpoints)
-    view = TopicView(kafka, loop.canary_share)
+    view = TopicView(kafka, loop.canary_share, load(LoopSettings, "loop", path=settings).liveness_s)
     try:
         while True:
             report = collect(kafka, targets, canary_share=loop.canary_share, window_s=window_s, timeout_s=timeout_s,

@@ -221,18 +221,22 @@ class WholeRun:
     :meth:`Reader.new`, so each ``status --watch`` refresh reads only the records that arrived since the last one."""
 
     TOPICS = (ADAPTER_TOPIC, catalog.GROUPS)
+    #: What the liveness rule (:mod:`streamgrpo.lifecycle.liveness`) reads besides :data:`TOPICS` (a live run only).
+    LIVENESS_TOPICS = (catalog.TASKS, catalog.ROLLOUT_REQUESTS, catalog.ROLLOUTS, DLQ_TOPIC)
 
-    def __init__(self, canary_share: float, adapter_name: str = "planner") -> None:
+    def __init__(self, canary_share: float, adapter_name: str = "planner", liveness_s: float | None = None) -> None:
         from streamgrpo.cli.progress import Progress
+        from streamgrpo.lifecycle.liveness import DEFAULT_BOUND_S, Liveness
 
-        self.progress = Progress(canary_share=canary_share)
+        self.progress = Progress(canary_share=canary_share,
+                                 liveness=Liveness(DEFAULT_BOUND_S if liveness_s is None else liveness_s))
         self.adapter_name = adapter_name
 
     def update(self, reader: Reader) -> None:
-        """Fold what arrived on the topics since the last update."""
+        """Fold what arrived on the topics since the last update (the liveness topics too: a live run)."""
         from streamgrpo.avro import records as R
 
-        for topic in self.TOPICS:
+        for topic in self.TOPICS + self.LIVENESS_TOPICS:
             self.fold(topic, reader.new(topic, R.Event))
 
     def fold(self, topic: str, events: Iterable[Any]) -> None:
@@ -242,6 +246,15 @@ class WholeRun:
         for ev in events:
             if topic == ADAPTER_TOPIC or topic == catalog.GROUPS and isinstance(ev, R.GroupClosed):
                 self.progress.apply(ev)  # the folds ignore the lifecycle types they do not use
+            elif topic in self.LIVENESS_TOPICS:
+                self.progress.liveness.apply(ev)
+
+    def stalls(self, partial: Iterable[str], now: float) -> list[str] | None:
+        """The liveness rule's stalls at ``now``; None when a topic it reads was not read to the end (``partial``):
+        old records alone would look like a stall."""
+        if set(partial) & {*self.TOPICS, *self.LIVENESS_TOPICS}:
+            return None
+        return self.progress.stalls(now)
 
     @property
     def registry(self) -> dict[int, str]:

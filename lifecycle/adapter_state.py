@@ -27,9 +27,10 @@ SERVICE = "registry"
 
 
 def samples_trained(line: Line, version: int) -> int:
-    """TrainingSamples behind ``version``: its own lineage and every ancestor's."""
+    """TrainingSamples trained behind ``version``: its own and every ancestor's
+    (:func:`streamgrpo.lifecycle.published.samples_trained` each)."""
     chain = [version, *ancestors(line, version)]
-    return sum(line.announced[v].samples for v in chain if v in line.announced)
+    return sum(line.announced[v].trained for v in chain if v in line.announced)
 
 
 def _figures(s: VersionStats) -> dict[str, float]:

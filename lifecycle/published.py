@@ -77,6 +77,14 @@ def samples_dequeued(event: Published) -> int:
     return pacing.samples_dequeued(lineage_records(event.lineage), drops(event))
 
 
+def samples_trained(event: Published) -> int:
+    """The ONE definition of the TrainingSamples a version trained: the records of its ``training-samples`` lineage
+    less those it did not train (:func:`drops`, every reason: stale, duplicate, ...). Read by the registry fold
+    (``adapters list``), the run's progress line, report and ``status``; the archive's SQL view counts the same
+    rows (``sample_lineage`` rows without a ``drop_reason``)."""
+    return max(0, lineage_records(event.lineage) - sum(drops(event).values()))
+
+
 def max_staleness(event: Published) -> int | None:
     """The trainer's ``max_staleness`` at publication: the typed field, else the metric (pre-v4), else None."""
     if event.max_staleness is not None:

@@ -113,6 +113,11 @@ class Announcement:
         """TrainingSamples consumed since the parent (the sizes of its ``training-samples`` ranges)."""
         return published.lineage_records(self.lineage)
 
+    @property
+    def trained(self) -> int:
+        """TrainingSamples trained since the parent (:func:`streamgrpo.lifecycle.published.samples_trained`)."""
+        return max(0, self.samples - sum(self.dropped.values()))
+
 
 @dataclass(frozen=True)
 class Decision:

@@ -30,14 +30,12 @@ a bounded memory, :class:`~streamgrpo.topics.dedup.RecentIds`) and per-group out
 of the group has a judge reward (or when the group times out), stamped with the time of its last reward, so an
 arm can be cut at a test's start (:meth:`Stats.arm`) whatever order the topics were read in.
 
-A version's reward is the mean of its OK judge scores (:attr:`VersionStats.reward_mean`). Its success rate has
-two denominators, both defined here: :attr:`~VersionStats.success_rate` per judge reward (an ERROR reward
-fails; the registry and the A/B test) and :attr:`~VersionStats.ok_success_rate` per OK judge reward (the
-progress line and the report).
+A version's reward is the mean of its OK judge scores (:attr:`VersionStats.reward_mean`). Its success rate is
+:attr:`~VersionStats.success_rate`, successes per judge reward (an ERROR reward fails), for every reader: the
+registry, the A/B test, the progress line and the report.
 
 What is not covered: by :class:`VersionStats` alone, deduplication and which events reach a version -- the
-caller's (``Stats`` drops a rollout's second judge reward and rewards of finished groups; ``Progress`` feeds only
-OK judge rewards) -- and group outcomes (``outcomes``), which need state across rewards and are appended by
+caller's (``Stats`` drops a rollout's second judge reward and rewards of finished groups) -- and group outcomes (``outcomes``), which need state across rewards and are appended by
 ``Stats``; by ``Stats``, windows in time (see ``reward-metrics``) and groups whose rewards come from several
 versions (the fan-out never makes one; the first reward's version is used).
 """
@@ -174,11 +172,6 @@ class VersionStats:
     def success_rate(self) -> float | None:
         """Successes per judge reward (an ERROR reward is a failure)."""
         return self.successes / self.rewards if self.rewards else None
-
-    @property
-    def ok_success_rate(self) -> float | None:
-        """Successes per OK judge reward."""
-        return self.successes / self.ok if self.ok else None
 
     @property
     def human_mean(self) -> float | None:

@@ -51,7 +51,8 @@ M = TypeVar("M", bound=BaseModel)
 ENV_PREFIX = "STREAMGRPO_"
 #: Every settings section (TOML ``[section]``, env ``STREAMGRPO_<SECTION>__<FIELD>``). A new settings
 #: model adds its section here.
-SECTIONS: tuple[str, ...] = ("kafka", "broker", "loop", "rollout", "judge", "streams", "trainer", "evaluator")
+SECTIONS: tuple[str, ...] = ("kafka", "broker", "loop", "rollout", "judge", "streams", "trainer", "evaluator",
+                              "serve")
 #: Short environment names kept for convenience: alias -> (section, field).
 ENV_ALIASES: dict[str, tuple[str, str]] = {
     "STREAMGRPO_BOOTSTRAP": ("kafka", "bootstrap"),
@@ -133,6 +134,12 @@ class LoopSettings(StrictModel):
         "samples, see docs/adapter_lifecycle.md; the production overlay turns the test on). The "
         "fan-out chooses versions with it, the A/B controller tests and decides, every follower of adapter-events "
         "derives the primary and canary with it.")
+    liveness_s: float = Field(
+        600.0, ge=10, le=86_400, description="Liveness bound, seconds: a run that admits no group for this long while "
+        "tasks wait, or completes no rollout for this long while groups are in flight, has stalled "
+        "(streamgrpo.lifecycle.liveness). The progress line, `streamgrpo status` and the streams worker's "
+        "streamgrpo_stalled metric raise it; `streamgrpo run` then fails its report and exits 2. 600 (default) is "
+        "longer than any pause a healthy default run makes on a 2-core CPU.")
     home: Path = Field(default_factory=default_home, description="State directory (env STREAMGRPO_HOME): the "
                        "default place of the adapter store, the model cache, the embedded broker's state, Faust "
                        "data and the event archive.")
@@ -319,6 +326,8 @@ def _validate(model: type[M], section: str, values: dict[str, Any]) -> M:
         problems = "; ".join(
             f"{section}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
+        if any(err["type"] == "extra_forbidden" and len(err["loc"]) == 1 for err in exc.errors()):
+            problems += f"; the keys of [{section}] are {', '.join(model.model_fields)}"
         raise ConfigError(
             f"invalid settings ({problems}). Fix them in the TOML file, the "
             f"{ENV_PREFIX}{section.upper()}__<FIELD> environment variables or the command-line options."

@@ -30,3 +30,8 @@ class MissingExtraError(StreamGRPOError):
             f"this command needs the optional module {module!r}; install it with "
             f"`pip install 'streamgrpo[{extra}]'` (or `make setup` in a checkout)"
         )
+
+
+class RunFailed(StreamGRPOError):
+    """A `streamgrpo run` went to its end but failed a rule it is held to (it stalled: no group admitted or no
+    rollout completed for ``[loop] liveness_s``); its report says why. The CLI exits 2."""

@@ -185,6 +185,9 @@ GROUPS_CLOSED = _counter("groups_closed_total", "Closed groups, by status and wh
                          Label("status", ("complete", "timed_out")), Label("trains", ("true", "false")))
 ADMISSION_BLOCKED = _gauge("admission_blocked", "1 while the fan-out waits for admission (staleness or "
                            "groups-in-flight bound), else 0.", ("streams",))
+STALLED = _gauge("stalled", "1 while the fan-out has waited for admission with a task in hand for [loop] liveness_s "
+                 "or longer (the liveness rule's admission stall, streamgrpo.lifecycle.liveness), else 0.",
+                 ("streams",))
 SAMPLES_EMITTED = _counter("training_samples_total", "TrainingSamples emitted.", ("streams",))
 REWARD_SCORE = _histogram("reward_score", "Reward scores, by A/B arm of the version that served.", ("streams",),
                           ARM, buckets=_RATIO)

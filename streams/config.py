@@ -23,7 +23,7 @@ class StreamsSettings(StrictModel):
     """Everything the Faust worker of ``streamgrpo streams`` needs besides the broker address."""
 
     SHARED_FIELDS: ClassVar[tuple[str, ...]] = ("adapter_name", "max_turns", "max_staleness", "samples_per_step",
-                                                "canary_share", "home", "adapter_store")
+                                                "canary_share", "home", "adapter_store", "liveness_s")
 
     # -- app ---------------------------------------------------------------------------------------
     app_id: str = Field("streamgrpo-streams", description="Faust app id = consumer group; the topic prefix is prepended.")
@@ -115,6 +115,7 @@ class StreamsSettings(StrictModel):
     metrics_port: int = Field(DEFAULT_PORTS["streams"], ge=0, le=65535, description="Port of the Prometheus /metrics and /status endpoint (0 = off; a port in use is logged and skipped).")
     # -- A/B controller ----------------------------------------------------------------------------
     canary_share: float = shared("canary_share")
+    liveness_s: float = shared("liveness_s")
     ab_alpha: float = Field(
         0.05, gt=0, lt=1, description="Error rate of the A/B test: under equal arms the chance that it EVER promotes "
         "or rolls back (always-valid mSPRT on per-group success; measured by bench/bench_ab.py).")

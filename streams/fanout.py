@@ -206,20 +206,30 @@ class _Shell:
     async def admitted(self, task: R.Task, size: int) -> bool:
         """Waits until admission lets a group of ``task`` (``size`` rollouts) start; False when the worker must
         yield first."""
-        waited = False
-        while not self.ctx.must_yield():
-            reason = admit(self.view.backlog(), size, self.policy)
-            if reason is None:
-                metrics.current().set(metrics.ADMISSION_BLOCKED, 0)
-                return True
-            if not waited:
-                log.info("fan-out waiting: %s", reason)
-                self.ctx.count("fanout.backpressure")
-                metrics.current().set(metrics.ADMISSION_BLOCKED, 1)
-                waited = True
-            await asyncio.sleep(self.ctx.settings.admission_poll_s)
-        metrics.current().set(metrics.ADMISSION_BLOCKED, 0)  # this worker no longer waits (it may not own the task)
-        return False
+        waited, stalled, since = False, False, time.monotonic()
+        m = metrics.current()
+        try:
+            while not self.ctx.must_yield():
+                reason = admit(self.view.backlog(), size, self.policy)
+                if reason is None:
+                    return True
+                if not waited:
+                    log.info("fan-out waiting: %s", reason)
+                    self.ctx.count("fanout.backpressure")
+                    m.set(metrics.ADMISSION_BLOCKED, 1)
+                    waited = True
+                if not stalled and time.monotonic() - since >= self.ctx.settings.liveness_s:
+                    log.warning("fan-out STALLED: no group admitted for %.0f s while task %s waits ([loop] "
+                                "liveness_s %.0f): %s", time.monotonic() - since, task.envelope.task_id,
+                                self.ctx.settings.liveness_s, reason)
+                    self.ctx.count("fanout.stalled")
+                    m.set(metrics.STALLED, 1)
+                    stalled = True
+                await asyncio.sleep(self.ctx.settings.admission_poll_s)
+            return False  # this worker no longer waits (it may not own the task)
+        finally:
+            m.set(metrics.ADMISSION_BLOCKED, 0)
+            m.set(metrics.STALLED, 0)
 
     async def send_group(self, task: R.Task) -> bool:
         """Fans out ``task``'s group once admitted (or skips a group already requested); False when the worker

@@ -77,7 +77,13 @@ class Window:
     # -- state access -----------------------------------------------------------------------------
     def _load(self, group_id: str) -> W.GroupState | None:
         raw = self.groups.get(group_id)
-        return W.GroupState.from_dict(raw) if raw else None
+        if not raw:
+            return None
+        state, repaired = W.GroupState.restored(raw)
+        for note in repaired:  # a state an older release stored with what the intake now refuses
+            log.warning("window: group %s as stored: %s", group_id, note)
+            self.ctx.count("window.state_repaired")
+        return state
 
     # -- handlers ---------------------------------------------------------------------------------
     async def on_record(self, ev: FaustEvent) -> None:

@@ -37,6 +37,7 @@ the planner actions themselves (the caller keeps them, keyed by rollout and turn
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -104,9 +105,32 @@ class GroupState:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GroupState:
+        return cls.restored(d)[0]
+
+    @classmethod
+    def restored(cls, d: dict[str, Any]) -> tuple[GroupState, list[str]]:
+        """The state stored as ``d`` and what was repaired in it (empty: nothing). A state stored by an older release
+        may hold what the intake now refuses: a reward whose score :func:`reward_problem` refuses (NaN, inf, a
+        person's outside [0, 1]) is dropped, as if it never arrived; a closed group whose mean, std or advantages
+        are not finite trains nothing (its samples would carry them)."""
+        from streamgrpo.topics.sdk import score_problem
+
         d = dict(d)
-        d["rewards"] = {k: RewardEntry(**v) for k, v in d.get("rewards", {}).items()}
-        return cls(**d)
+        rewards, notes = {}, []
+        for k, v in d.get("rewards", {}).items():
+            entry = RewardEntry(**v)
+            problem = score_problem(entry.score, human=entry.human)
+            if problem is None:
+                rewards[k] = entry
+            else:
+                notes.append(f"reward of rollout {k} dropped: {problem}")
+        d["rewards"] = rewards
+        state = cls(**d)
+        stats = [state.mean, state.std, *state.advantages.values()]
+        if state.closed and not all(math.isfinite(x) for x in stats):
+            notes.append("closed with a non-finite mean, std or advantage: trains nothing")
+            state = replace(state, trains=False, advantages={}, mean=0.0, std=0.0)
+        return state, notes
 
 
 def out_of_bounds(event: R.Event) -> str | None:

@@ -7,8 +7,10 @@ import dataclasses
 import json
 import logging
 import socket
+import re
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -46,12 +48,16 @@ def _env(service: str, instance: str = "host:1", salt: object = "", **ids: Any) 
                                event_id=derived_id("status-test", service, instance, salt, *ids.values()))
 
 
+#: A version's lineage: 6 samples trained, 2 dropped as stale, 1 duplicate (the sample event's drops): share 6 / 24.
+NINE = [R.OffsetRange("training-samples", 0, 0, 8)]
+
+
 def _produce(kafka: KafkaSettings) -> None:
     p = EventProducer(kafka, "tests")
     pub = _sample(R.AdapterPublished)
-    for v in (1, 2, 3):  # each step trained 6 samples and dropped 2 as stale (the sample's drops): share 6 / 24
+    for v in (1, 2, 3):  # each step trained 6 samples of 9, dropped 2 as stale, 1 duplicate (the sample's drops)
         p.send(dataclasses.replace(pub, envelope=_env("trainer", salt=v), version=v, parent_version=v - 1 or None,
-                                   metrics={"loss": 0.1, "rollouts": 6.0},
+                                   metrics={"loss": 0.1}, lineage=NINE, samples_dequeued=8,
                                    auto_promote=False))  # a trainer with canary_share 0.5, as `status` below
     p.send(dataclasses.replace(_sample(R.AdapterPromoted), envelope=_env("streams"), version=2, previous_version=1))
     state = _sample(R.AdapterState)
@@ -128,6 +134,28 @@ def test_status_from_topics_with_services_down(kafka_ns: KafkaSettings) -> None:
     screen = render(report)
     assert "DOWN" in screen and TRAINER_GROUP in screen and "canary v3" in screen
     assert "dropped as stale 6 (stale share 25.0 %)" in screen and "2 groups, 8 rollouts" in screen
+    assert report.stalls == [] and "liveness   ok: no stall longer than 600 s" in screen  # rollouts just completed
+
+
+def test_status_says_stalled_when_no_rollout_completed_for_the_liveness_bound(kafka_ns: KafkaSettings) -> None:
+    """The liveness rule (issue 38) read from the topics: a group requested 20 minutes ago, no rollout since."""
+    p = EventProducer(kafka_ns, "tests")
+    long_ago = dataclasses.replace(R.Envelope.new("streams"), event_time=R.Envelope.new("x").event_time
+                                   - timedelta(minutes=20))
+    p.send(dataclasses.replace(_sample(R.Task), envelope=dataclasses.replace(long_ago, task_id="t1")))
+    p.send(dataclasses.replace(_sample(R.RolloutRequest), envelope=dataclasses.replace(
+        R.Envelope.new("streams", task_id="t1", group_id="g-old", rollout_id="g-old-r0"),
+        event_time=long_ago.event_time)))
+    p.flush()
+    report = collect(kafka_ns, {}, timeout_s=0.5)
+    (stall,) = report.stalls or [None]
+    assert stall is not None and re.match(r"no rollout completed for 120\d s while 1 group\(s\) are in flight", stall)
+    assert f"STALLED    {stall}" in render(report)
+    view = TopicView(kafka_ns, 0.0, liveness_s=3600)  # [loop] liveness_s read by `status`: a longer bound, no stall
+    try:
+        assert collect(kafka_ns, {}, timeout_s=0.5, view=view).stalls == []
+    finally:
+        view.close()
 
 
 def test_status_prefers_endpoints_when_up(kafka_ns: KafkaSettings) -> None:
@@ -171,7 +199,7 @@ def test_a_watch_refresh_reads_only_what_arrived_and_folds_it_into_the_same_figu
         p = EventProducer(kafka_ns, "tests")
         pub = _sample(R.AdapterPublished)  # v4: 6 more trained, 2 more stale; one more control-arm group
         p.send(dataclasses.replace(pub, envelope=_env("trainer", salt=4), version=4, parent_version=3,
-                                   metrics={"loss": 0.1, "rollouts": 6.0}, auto_promote=False))
+                                   metrics={"loss": 0.1}, lineage=NINE, samples_dequeued=8, auto_promote=False))
         p.send(dataclasses.replace(_sample(R.GroupClosed), envelope=_env("streams", group_id="ca4"), reason=CONTROL_ARM,
                                    trains=False, samples=0, received=2, missing_rollout_ids=[]))
         p.flush()
@@ -198,9 +226,11 @@ def test_a_whole_topic_read_cut_short_says_partial_and_the_next_refresh_reads_on
         whole = collect(kafka_ns, down, timeout_s=0.3, view=view)
     finally:
         view.close()
-    assert cut.partial == ["adapter-events", "groups"] and cut.loop["control_arm_groups"] == 0
-    assert "PARTIAL    adapter-events, groups: not read to the end" in render(cut)
-    assert whole.partial == [] and "PARTIAL" not in render(whole)
+    cut_short = ["adapter-events", "dead-letters", "groups", "rollout-requests", "rollouts"]  # tasks: none produced
+    assert cut.partial == cut_short and cut.loop["control_arm_groups"] == 0
+    assert f"PARTIAL    {', '.join(cut_short)}: not read to the end" in render(cut)
+    assert cut.stalls is None and "liveness" not in render(cut)  # old records alone would look like a stall
+    assert whole.partial == [] and "PARTIAL" not in render(whole) and whole.stalls == []
     assert whole.loop == {"samples_trained": 18.0, "samples_dropped_stale": 6.0, "stale_share": 0.25,
                           "control_arm_groups": 2, "control_arm_rollouts": 8}
     assert whole.versions == {"published": 3, "primary": 2, "canary": 3}

@@ -237,6 +237,76 @@ class Audit:
         return {**asdict(self), "lost": self.lost}
 
 
+#: What the :class:`Forger` writes, and the dead letter each must become (issue 38's campaign).
+FORGERIES = {"promote_unannounced": "adapter_lineage", "rollback_without_operator": "adapter_lineage",
+             "publish_skipping_versions": "adapter_lineage", "human_reward_nan": "out_of_bounds",
+             "human_reward_out_of_range": "out_of_bounds"}
+
+
+class Forger(threading.Thread):
+    """Writes one forged fact (:data:`FORGERIES`, drawn per write) into the live loop every ``interval_s`` seconds
+    after ``warmup_s`` until ``duration_s``: lifecycle events no real writer would write (a promotion of a version
+    never announced, a rollback by a writer without an operator identity, an announcement 64 versions past any real
+    one) and human rewards that are NaN or out of [0, 1]. Each must be dead-lettered and change nothing else."""
+
+    def __init__(self, kafka: Any, duration_s: float, interval_s: tuple[float, float] = (10.0, 20.0), seed: int = 0,
+                 warmup_s: float = 30.0) -> None:
+        super().__init__(name="forger", daemon=True)
+        self.kafka, self.duration_s, self.interval_s, self.warmup_s = kafka, duration_s, interval_s, warmup_s
+        self.rng = random.Random(seed + 7919)
+        self.sent: Counter[str] = Counter()
+        self.stop_event = threading.Event()
+        self.error: str | None = None
+
+    def forged(self, kind: str, n: int) -> R.Event:
+        if kind == "promote_unannounced":
+            return R.AdapterPromoted(R.Envelope.new("ab-controller"), "planner", 99_999 + n, 0, "forged")
+        if kind == "rollback_without_operator":
+            return R.AdapterRolledBack(R.Envelope.new("forger"), "planner", 1, 0, "forged")
+        if kind == "publish_skipping_versions":
+            return R.AdapterPublished(R.Envelope.new("trainer"), "planner", 100_064 + n, f"file:///forged/v{n}",
+                                      "0" * 64, "forged", 1, [], parent_version=100_000 + n, drops={},
+                                      samples_dequeued=8, max_staleness=1, auto_promote=True)
+        group = ids.group_id(f"forged-task-{n}")
+        return R.Reward(R.Envelope.new("label", task_id=f"forged-task-{n}", group_id=group,
+                                       rollout_id=ids.rollout_id(group, 0)),
+                        float("nan") if kind == "human_reward_nan" else 7.0, R.RewardStatus.OK,
+                        R.JudgeInfo("human:mallory", "forged"), 4, "planner", 0, 1, R.RolloutStatus.ANSWERED)
+
+    def run(self) -> None:
+        from streamgrpo.topics.producer import EventProducer
+
+        started = time.monotonic()
+        try:
+            with EventProducer(self.kafka, "forger") as producer:
+                while not self.stop_event.wait(self.rng.uniform(*self.interval_s)):
+                    elapsed = time.monotonic() - started
+                    if elapsed >= self.duration_s:
+                        return
+                    if elapsed < self.warmup_s:
+                        continue
+                    kind = self.rng.choice(sorted(FORGERIES))
+                    try:
+                        producer.send(self.forged(kind, sum(self.sent.values())))
+                        producer.flush(30)
+                    except Exception:  # the broker is restarting: the forger tries again at its next turn
+                        continue
+                    self.sent[kind] += 1
+        except Exception as exc:  # reported in the result
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=60)
+
+    def expected_letters(self) -> dict[str, int]:
+        """The dead letters the forgeries sent must have become, by reason."""
+        out: Counter[str] = Counter()
+        for kind, n in self.sent.items():
+            out[FORGERIES[kind]] += n
+        return dict(out)
+
+
 def audit(records: dict[str, list[Received]], *, end_ms: int, group_timeout_s: float,
           grace_s: float = 30.0) -> Audit:
     """Check ``records`` (topic -> records, as read_topic returns them; see AUDITED_TOPICS) against the rules."""
@@ -253,9 +323,11 @@ def audit(records: dict[str, list[Received]], *, end_ms: int, group_timeout_s: f
             out.late_rollouts += late
             out.lost_rollouts += len(gc.missing_rollout_ids) - late
     samples = _groups_to_samples(events["training-samples"], closures, out)
-    _lineage(events["adapter-events"], samples, out)
-    out.dead_letters = dict(Counter(e.event.reason_code for e in events["dead-letters"]
-                                    if isinstance(e.event, R.DeadLetter)))
+    letters = {e.event.event_id: e.event for e in events["dead-letters"] if isinstance(e.event, R.DeadLetter)}
+    refused = {(d.source_partition, d.source_offset) for d in letters.values()
+               if d.source_topic.endswith("adapter-events")}  # forged lifecycle events the folds refused
+    _lineage([r for r in events["adapter-events"] if (r.partition, r.offset) not in refused], samples, out)
+    out.dead_letters = dict(Counter(d.reason_code for d in letters.values()))  # one per record: ids are derived
     return out
 
 
@@ -368,7 +440,8 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
               interval_s: tuple[float, float] = (4.0, 8.0), seed: int = 0, group_timeout_s: float = 60.0,
               tasks: int = 400, group_size: int = 4, min_uptime_s: float = 20.0, warmup_s: float = 30.0,
               signals: tuple[str, ...] = ("KILL",), term_grace_s: float = 15.0, broker: Any = None,
-              broker_restarts: int = 0, outage_s: float = 10.0) -> dict[str, Any]:
+              broker_restarts: int = 0, outage_s: float = 10.0, forge: bool = False,
+              liveness_s: float | None = None) -> dict[str, Any]:
     """``streamgrpo run`` of ``base_model`` on ``kafka`` (an existing broker + topic prefix) under a ChaosMonkey for
     ``chaos_s`` s, then ``drain_s`` s without kills; returns the kills (with each SIGTERM's time to exit), the run's
     restarts and the audit."""
@@ -389,7 +462,7 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
         f'[rollout]\nmodel = "{base_model}"\nmetrics_port = 0\n\n'
         f'[trainer]\nbase_model = "{base_model}"\nlora_rank = 4\nlora_alpha = 8\nmetrics_port = 0\n\n'
         f"[streams]\nmetrics_port = 0\ngroup_timeout_s = {group_timeout_s}\n\n[judge]\nmetrics_port = 0\n\n"
-        "[evaluator]\nenabled = false\n")
+        "[evaluator]\nenabled = false\n" + (f"\n[loop]\nliveness_s = {liveness_s}\n" if liveness_s else ""))
     home = work / "home"
     env = dict(os.environ, STREAMGRPO_CONFIG=str(cfg))
     env.pop("STREAMGRPO_BOOTSTRAP", None)
@@ -402,10 +475,15 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
                              signals=signals, term_grace_s=term_grace_s, broker=broker,
                              broker_restarts=broker_restarts, outage_s=outage_s)
         monkey.start()
+        forger = Forger(kafka, chaos_s, seed=seed, warmup_s=warmup_s) if forge else None
+        if forger is not None:
+            forger.start()
         try:
             rc = proc.wait(timeout=chaos_s + drain_s + 300)
         finally:
             monkey.stop()
+            if forger is not None:
+                forger.stop()
             if proc.poll() is None:
                 proc.kill()
     end_ms = int(time.time() * 1000)
@@ -421,4 +499,6 @@ def run_chaos(kafka: Any, base_model: Path, work: Path, *, chaos_s: float, drain
             "broker_restarts": monkey.broker_restarts, "broker_error": monkey.broker_error,
             "chaos_s": chaos_s, "drain_s": drain_s, "interval_s": list(interval_s), "seed": seed, "tasks": tasks,
             "min_uptime_s": min_uptime_s, "warmup_s": warmup_s,
+            "forged": dict(forger.sent) if forger else {}, "forger_error": forger.error if forger else None,
+            "expected_dead_letters": forger.expected_letters() if forger else {}, "liveness_s": liveness_s,
             "output_tail": (work / "run.out").read_text(errors="replace")[-3000:]}

@@ -67,3 +67,21 @@ def test_the_warm_start_is_shown_apart_and_never_in_a_versions_figures(tmp_path:
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["demonstrations"] == {"requested": 2, "executed": 2, "trained": 1,
                                          "rejected": {"demonstration_wrong": 1}, "warm_start_versions": [1]}
+
+
+def test_warm_start_versions_are_not_counted_as_never_served(tmp_path: Path) -> None:
+    """A warm-start version is published while only demonstrations run: no policy rollout is owed to it."""
+    p = Progress()
+    for v in (1, 2):
+        p.apply(R.AdapterPublished(env(), "planner", v, f"file:///s/v{v}", "0" * 64, "base", v, [],
+                                   parent_version=v - 1 or None, metrics={"warm_start": 1.0, "demonstrations": 8.0}))
+    for v in (3, 4):
+        p.apply(R.AdapterPublished(env(), "planner", v, f"file:///s/v{v}", "0" * 64, "base", v, [], parent_version=v - 1,
+                                   metrics={"warm_start": 0.0, "rollouts": 8.0}))
+    p.apply(R.RolloutCompleted(env(task_id="t", group_id="g", rollout_id="g-0"), "q", "builtin", "4", 1,
+                               R.RolloutStatus.ANSWERED, 2, "planner", 3, 5))
+    loop = p.loop_closure()
+    assert loop["never_served"] == [4] and loop["warm_start_versions"] == 2 and loop["versions_served"] == 1
+    write_report(p, tmp_path, [])
+    assert ("(never served: [4]; 2 warm-start versions, trained on demonstrations, not counted)"
+            in (tmp_path / "summary.md").read_text())

@@ -17,7 +17,10 @@ def env(seconds: float, service: str = "test", **ids: str) -> R.Envelope:
 
 
 def published(v: int, at: float, stale: float = 0.0, rollouts: float = 8.0, **drops: float) -> R.AdapterPublished:
-    return R.AdapterPublished(env(at), "planner", v, f"file:///s/v{v}", "0" * 64, "base", v, [],
+    """v trained ``rollouts`` samples of a lineage that also holds the ``stale`` and other dropped records."""
+    records = int(rollouts + stale + sum(drops.values()))
+    lineage = [R.OffsetRange("training-samples", 0, 100 * v, 100 * v + records - 1)] if records else []
+    return R.AdapterPublished(env(at), "planner", v, f"file:///s/v{v}", "0" * 64, "base", v, lineage,
                               metrics={"dropped_stale": stale, "rollouts": rollouts,
                                        **{f"dropped_{k}": n for k, n in drops.items()}})
 

@@ -51,7 +51,7 @@ def test_the_fold_by_hand() -> None:
     assert (s.rollouts, s.answered, s.tool_calls, s.answered_rate, s.tools_per_rollout) == (2, 1, 3, 0.5, 1.5)
     assert (s.rewards, s.ok, s.reward_sum, s.reward_sq, s.successes) == (4, 2, 1.25, 1.0625, 1)
     assert (s.rollout_errors, s.judge_failures, s.human, s.human_mean) == (1, 1, 1, 0.0)
-    assert (s.reward_mean, s.reward_std, s.success_rate, s.ok_success_rate) == (0.625, 0.375, 0.25, 0.5)
+    assert (s.reward_mean, s.reward_std, s.success_rate) == (0.625, 0.375, 0.25)
     assert (s.groups_closed, s.flat_share, s.groups) == (2, 0.5, 0)  # groups: A/B outcomes, appended by Stats
     both = s.merged(s)
     assert (both.rewards, both.reward_sq, both.human, both.flat_groups, both.reward_mean) == (8, 2.125, 2, 2, 0.625)
@@ -76,11 +76,12 @@ def test_the_progress_view_the_report_and_the_alarms_read_the_same_fold() -> Non
     for event in stream():
         p.apply(event)
     summary = p.summary()
-    for v, (mean, rate) in {0: (0.625, 0.5), 6: (0.34375, 0.125)}.items():
+    for v, (mean, rate) in {0: (0.625, 16 / 33), 6: (0.34375, 4 / 33)}.items():
         s = p.versions[v]
-        # the progress line and the report's per_version entry: OK judge rewards only (the ERROR and human left out)
+        # the progress line and the report's per_version entry: the mean of the OK judge rewards, the success rate
+        # per judge reward (the ERROR reward fails), as the A/B test and the registry count it; the human left out
         assert summary["per_version"][str(v)] == {"count": 32, "mean_reward": mean, "success_rate": rate}
-        assert (s.ok, s.reward_mean, s.ok_success_rate) == (32, mean, rate)
+        assert (s.ok, s.rewards, s.reward_mean, s.success_rate) == (32, 33, mean, rate)
         assert f"v{v}={mean:.2f}(n=32)" in p.line()
         # the report's health entry: the same rollouts and the same mean reward
         assert summary["health"]["per_version"][str(v)]["reward_mean"] == round(mean, 4)
@@ -91,13 +92,13 @@ def test_the_progress_view_the_report_and_the_alarms_read_the_same_fold() -> Non
     assert warnings == p.alarms() == summary["health"]["alarms"] and len(warnings) == 3, warnings
     assert "answered rate up 0.50 -> 1.00 while reward fell 0.62 -> 0.34" in warnings[0]
     assert f"ALARM: {warnings[0]}" in p.line()
-    # the A/B view folds the same rule: same OK scores; its success rate also counts the ERROR reward as a failure
+    # the A/B view folds the same rule: same OK scores, the same success rate (the ERROR reward fails in both)
     ab = Stats(success_threshold=0.5)
     for event in stream():
         ab.apply(event)
     a = ab.of("planner", 0)
     assert (a.ok, a.reward_mean, a.rewards, a.successes, a.human) == (32, 0.625, 33, 16, 1)
-    assert a.success_rate == 16 / 33 != p.per_version[0].success_rate
+    assert a.success_rate == 16 / 33 == p.per_version[0].success_rate
 
 
 def request(n: int, group: str, probe: bool) -> R.RolloutRequest:

@@ -79,3 +79,36 @@ def test_a_non_finite_judge_score_is_refused_but_a_hybrid_judges_range_is_kept()
 def test_a_valid_human_score_still_replaces_the_judges() -> None:
     state, accepted = add_reward(_judged(), _reward(1, 1.0, judge="human:ada"))
     assert accepted and state.rewards[ids.rollout_id(G, 1)].human
+
+
+def _stored_by_an_older_release(state: GroupState, rollout: str, score: float) -> dict:
+    """``state`` as an older release stored it: its reward of ``rollout`` replaced by a person's ``score`` (the
+    intake of that release folded NaN and out-of-range human scores)."""
+    d = state.to_dict()
+    d["rewards"][rollout] = {**d["rewards"][rollout], "score": score, "human": True}
+    return d
+
+
+@pytest.mark.parametrize("score", [math.nan, math.inf, 7.0])
+def test_a_group_stored_with_a_bad_score_by_an_older_release_is_repaired_on_load_and_closes(score: float) -> None:
+    rollout = ids.rollout_id(G, 1)
+    state, repaired = GroupState.restored(_stored_by_an_older_release(_judged(), rollout, score))
+    assert rollout not in state.rewards and len(state.rewards) == 3  # as if it never arrived
+    assert len(repaired) == 1 and repaired[0].startswith(f"reward of rollout {rollout} dropped: score")
+    state, _ = add_reward(state, _reward(1, 0.0, tag="again"))  # the judge's reward of it is taken again
+    state, closed = maybe_close(state, HOLD, now=101.0)
+    state, closed = maybe_close(state, HOLD, now=107.0)
+    assert closed is not None and closed.trains and closed.reward_mean == pytest.approx(0.25)
+    assert all(math.isfinite(a) for a in state.advantages.values())
+
+
+def test_a_closed_group_stored_with_non_finite_advantages_trains_nothing() -> None:
+    state, closed = maybe_close(_judged(), WindowPolicy("grpo", build_estimator("grpo"), 600.0, "score", 2), 101.0)
+    assert closed is not None and state.trains
+    d = state.to_dict()
+    d["advantages"] = {k: math.nan for k in d["advantages"]}
+    d["std"] = math.nan
+    restored, repaired = GroupState.restored(d)
+    assert repaired == ["closed with a non-finite mean, std or advantage: trains nothing"]
+    assert restored.closed and not restored.trains and restored.advantages == {}
+    assert GroupState.restored(state.to_dict()) == (state, [])  # a sound state is loaded as stored
