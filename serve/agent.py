@@ -5,9 +5,18 @@ derived from the task id as the fan-out derives them) and runs its one rollout w
 :meth:`~streamgrpo.rollout.worker.RolloutWorker.run_group_sync` -- the worker's own path: a rolled-back
 version serves the primary instead, a version > 0 is waited for (``adapter_wait_s``, at most ``version_wait_s``),
 verified and pinned. The version is the PRIMARY one (as the adapter follower's registry says) unless the call pins
-``planner@vN``. With a broker, the Task and every rollout event are produced and flushed before the answer
-returns; ``feedback(rollout_id, score, comment, feedback_token)`` then produces a human Reward (judge
-``human:mcp:<client>``).
+``planner@vN``; a primary this server refused to load (its files do not match its announced sha256, or lie outside
+the adapter store) is not waited for: the newest version loaded below it answers, and the reply says so. With a
+broker, the Task and every rollout event are produced and flushed before the answer returns;
+``feedback(rollout_id, score, comment, feedback_token)`` then produces a human Reward (judge ``human:mcp:<client>``).
+
+What feedback does (:func:`feedback_effect`, the words every client reads in the ``feedback`` reply and the
+server's instructions): it is recorded as a human Reward of that rollout, counted apart from the judge's in the
+version's figures (``streamgrpo adapters show``) and shown with the call by ``streamgrpo analyse``. It does not
+train the planner: a served call is a group of ONE rollout (``group_size`` 1), the streams window closes such a group
+without a training sample whatever reward it gets (one reward has no variance; the judge's own reward of a call
+without ground truth is an ERROR), and the fan-out does not run a served Task again (``served_by``). What makes a
+correct served answer teach is an operator's ``streamgrpo label ROLLOUT_ID 1.0 --as-demo`` (a demonstration).
 
 Bounds (:mod:`.bounds`): a question beyond ``max_question_bytes`` is refused; a question whose planner prompt would
 exceed ``max_prompt_tokens`` is cut to fit (the reply says so, and the Task records the cut question); a pinned
@@ -20,13 +29,15 @@ Feedback is authorised: only on a rollout this server answered with ``solve`` (n
 returned to it (a secret of that one reply: the client name alone is only what a client claims to be). The score
 is a number from 0 to 1 (:func:`~streamgrpo.topics.sdk.score_problem`).
 
-Without a broker (``recorder`` None) the base model (v0) answers, nothing is recorded, and the answer says so.
+Without a broker (``producer`` None) nothing is recorded and every answer says so (``note``, with the reason
+:mod:`.discovery` gave); the base model (v0) answers, or, for a finished run (``--run ID``), the primary its archive
+names, fed to the follower at start. ``adapters`` folds the versions from ``events`` (the broker's topics or that
+archive; :mod:`streamgrpo.lifecycle.view`), at most once per :data:`VIEW_TTL_S`.
 
 What is not covered: the comment of ``feedback`` travels only in the reply and the log (the Reward schema has
-no free-text field); the Task also reaches the streams fan-out, which runs it as a training group of its
-own (its rollout ids are the ones served here, so downstream dedup by event id keeps the first copy); feedback
-on a rollout served before this process started (served rollouts and their tokens live in memory, the last
-:data:`MAX_SERVED`); stopping a model call in the middle of a turn (a cancelled call stops at its next event).
+no free-text field); feedback on a rollout served before this process started (served rollouts and their tokens
+live in memory, the last :data:`MAX_SERVED`); stopping a model call in the middle of a turn (a cancelled call stops
+at its next event).
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ import logging
 import re
 import secrets
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -44,15 +56,28 @@ from typing import Any, Protocol
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
+from streamgrpo.lifecycle.view import EventSource
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import LoopContext
 from streamgrpo.serve.bounds import ServeLimits, check_question, fit_question
 
 log = logging.getLogger(__name__)
 _PIN = re.compile(r"^(?:(?P<name>[A-Za-z0-9_.-]+)@)?v?(?P<version>\d+)$")
-NOT_RECORDED = "no broker: this call was answered by the base model (v0) and is not recorded as events"
+NOT_RECORDED = "no broker"
 #: Served rollouts remembered for ``feedback`` (the oldest is forgotten first).
 MAX_SERVED = 10_000
+#: Seconds an ``adapters`` answer is reused (calls at once share one read of the topics).
+VIEW_TTL_S = 5.0
+
+
+def feedback_effect(adapter: str) -> str:
+    """What happens to feedback, as clients are told (see the module docstring; true for a group of one rollout,
+    the group every ``solve`` opens: tests/unit/serve/test_feedback_words.py checks it against the streams window)."""
+    return (f"Recorded on the event log as a human reward of this answer: counted apart from the judge's in {adapter}'s "
+            "figures (`streamgrpo adapters show`) and shown with the call by `streamgrpo analyse`. It does not train "
+            "the planner: a served call is a group of one rollout, and GRPO learns only from differences between "
+            "answers to the same question. An operator can make a correct answer teach with `streamgrpo label "
+            "<rollout_id> 1.0 --as-demo` (it becomes a demonstration the trainer learns from).")
 
 
 class ServeError(StreamGRPOError):
@@ -124,18 +149,52 @@ def trace(events: list[R.Event], clip: int = 160) -> list[str]:
     return out
 
 
+def served_request(cfg: RolloutConfig, question: str, client: str, version: int) -> tuple[R.RolloutRequest, R.Task]:
+    """The Task a ``solve`` records (source ``mcp:<client>``, a group of ONE rollout, ``served_by`` set so the
+    fan-out does not run it again) and the one RolloutRequest the server runs for it, at ``version``."""
+    from streamgrpo.topics.sdk import make_task
+
+    task = make_task(question, source=f"mcp:{client}", group_size=1, service="mcp",
+                     metadata={"served_by": "mcp", "client": client}, task_id=str(uuid.uuid4()))
+    task_id = str(task.envelope.task_id)
+    group = ids.group_id(task_id, 0)
+    rollout = ids.rollout_id(group, 0)
+    sampling = R.SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                                seed=cfg.seed)
+    request = R.RolloutRequest(
+        envelope=R.Envelope.new("mcp", event_id=ids.request_event_id(rollout), task_id=task_id, group_id=group,
+                                rollout_id=rollout),
+        question=task.question, source=task.source, rollout_index=0, group_size=1,
+        adapter_name=cfg.adapter_name, adapter_version=version, max_turns=cfg.max_turns,
+        sampling=sampling, metadata=dict(task.metadata))
+    return request, task
+
+
 class ServeAgent:
     """``solve`` / ``adapters`` / ``feedback`` (see the module docstring). Thread-safe: calls may overlap."""
 
     def __init__(self, cfg: RolloutConfig, ctx: LoopContext, *, producer: Producer | None = None,
-                 follower: Any = None, kafka: Any = None, limits: ServeLimits | None = None) -> None:
+                 follower: Any = None, kafka: Any = None, limits: ServeLimits | None = None,
+                 events: EventSource | None = None, why_not_recorded: str = NOT_RECORDED) -> None:
+        """``kafka``: the broker calls are recorded on (``events`` defaults to its topics); ``events``: where
+        ``adapters`` reads the versions (a finished run's archive); ``why_not_recorded``: the reason every reply
+        gives when ``producer`` is None."""
         self.limits = limits or ServeLimits()
         # a worker thread waits for a pinned version to load at most version_wait_s (its announcement is awaited on
         # the server's event loop first: version_announced)
         cfg = cfg.model_copy(update={"adapter_wait_s": min(cfg.adapter_wait_s, self.limits.version_wait_s)})
         self.cfg, self.ctx, self.producer, self.follower, self.kafka = cfg, ctx, producer, follower, kafka
+        if events is None and kafka is not None:
+            from streamgrpo.lifecycle.view import kafka_events
+
+            events = kafka_events(kafka)
+        self.events = events
+        self.why_not_recorded = why_not_recorded
         self._served: OrderedDict[str, Served] = OrderedDict()
         self._lock = threading.Lock()
+        self._view_lock = threading.Lock()
+        self._view: tuple[float, list[dict[str, Any]]] | None = None
+        self._warned: set[int] = set()
 
     @property
     def recording(self) -> bool:
@@ -143,6 +202,22 @@ class ServeAgent:
 
     def primary(self) -> int:
         return int(self.follower.primary(self.cfg.adapter_name)) if self.follower is not None else 0
+
+    def serving(self) -> tuple[int, str]:
+        """The version an unpinned call uses, and a note when it is not the primary: a primary this server refused
+        to load is not waited for (every call would wait, then fail); the newest version loaded below it answers."""
+        primary, name = self.primary(), self.cfg.adapter_name
+        refusals = [r for r in getattr(self.follower, "refusals", ()) if (r.adapter_name, r.version) == (name, primary)]
+        if not primary or not refusals:
+            return primary, ""
+        below = [v for v in self.ctx.policy.resident_versions(name) if v < primary]
+        fallback = max(below, default=0)
+        if primary not in self._warned:
+            self._warned.add(primary)
+            log.error("%s@v%d is the primary but was refused here (%s): %s@v%d answers instead", name, primary,
+                      refusals[-1].reason, name, fallback)
+        return fallback, (f"{name}@v{primary} is the primary but this server refused to load it "
+                          f"({refusals[-1].reason[:300]}); {name}@v{fallback} answered")
 
     def version_announced(self, version: str | None) -> bool:
         """Whether a call pinned to ``version`` can start without waiting for an announcement (never blocks)."""
@@ -155,9 +230,9 @@ class ServeAgent:
               cancel: threading.Event | None = None) -> dict[str, Any]:
         check_question(question, self.limits)
         pinned = parse_pin(version, self.cfg.adapter_name)
-        asked = self.primary() if pinned is None else pinned
+        asked, fallback = self.serving() if pinned is None else (pinned, "")
         fitted, cut = fit_question(question, self.ctx)
-        request, task = self._request(fitted, client, asked)
+        request, task = served_request(self.cfg, fitted, client, asked)
         sink = _Sink(self.producer, cancel=cancel)
         sink.send(task)
         results = self._run(request, sink)
@@ -176,27 +251,15 @@ class ServeAgent:
             reply["question_cut"] = (f"the question was cut from {len(question.strip()):,} to {len(fitted):,} "
                                      "characters (its start and end kept) to fit the planner's prompt budget "
                                      f"([rollout] max_prompt_tokens = {self.ctx.max_prompt_tokens})")
+        if fallback:
+            reply["fallback"] = fallback
         if not self.recording:
-            reply["note"] = NOT_RECORDED
+            reply["note"] = self.not_recorded(result.adapter_version)
         return reply
 
-    def _request(self, question: str, client: str, asked: int) -> tuple[R.RolloutRequest, R.Task]:
-        from streamgrpo.topics.sdk import make_task
-
-        task = make_task(question, source=f"mcp:{client}", group_size=1, service="mcp",
-                         metadata={"served_by": "mcp", "client": client}, task_id=str(uuid.uuid4()))
-        task_id = str(task.envelope.task_id)
-        group = ids.group_id(task_id, 0)
-        rollout = ids.rollout_id(group, 0)
-        sampling = R.SamplingParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                                    max_new_tokens=self.cfg.max_new_tokens, seed=self.cfg.seed)
-        request = R.RolloutRequest(
-            envelope=R.Envelope.new("mcp", event_id=ids.request_event_id(rollout), task_id=task_id, group_id=group,
-                                    rollout_id=rollout),
-            question=task.question, source=task.source, rollout_index=0, group_size=1,
-            adapter_name=self.cfg.adapter_name, adapter_version=asked, max_turns=self.cfg.max_turns,
-            sampling=sampling, metadata=dict(task.metadata))
-        return request, task
+    def not_recorded(self, version: int) -> str:
+        return (f"not recorded as events ({self.why_not_recorded}): {self.cfg.adapter_name}@v{version}"
+                f"{' (the base model)' if version == 0 else ''} answered; feedback cannot be given")
 
     def _run(self, request: R.RolloutRequest, sink: _Sink) -> list[Any]:
         from streamgrpo.rollout.loop import fail_group
@@ -222,32 +285,43 @@ class ServeAgent:
         return token
 
     def adapters(self) -> list[dict[str, Any]]:
-        """Versions and their lifecycle status; without a broker only the base model."""
-        if self.kafka is None:
-            return [{"version": 0, "status": "base model", "serving": True, "note": NOT_RECORDED}]
+        """Versions and their lifecycle status (from ``events``; reused for :data:`VIEW_TTL_S`); without any events
+        only the base model."""
+        serving, _ = self.serving()
+        if self.events is None:
+            return [{"version": 0, "status": "base model", "serving": True,
+                     "note": self.not_recorded(0)}]
+        with self._view_lock:  # calls at once share one read
+            if self._view is None or time.monotonic() - self._view[0] > VIEW_TTL_S:
+                self._view = (time.monotonic(), self._rows())
+            rows = self._view[1]
+        return [{**r, "serving": r["version"] == serving} for r in rows]
+
+    def _rows(self) -> list[dict[str, Any]]:
         from datetime import datetime, timezone
 
-        from streamgrpo.cli.adapters import load_view, row
+        from streamgrpo.lifecycle.view import row, view_from
 
-        view = load_view(self.kafka, self.cfg.adapter_name, self.cfg.canary_share)
+        assert self.events is not None
+        view = view_from(self.events, self.cfg.adapter_name, self.cfg.canary_share)
         now = datetime.now(timezone.utc)
-        primary = self.primary()
-        return [{**row(view.state(v, now), now), "version": v, "serving": v == primary} for v in view.versions]
+        return [{**row(view.state(v, now), now), "version": v} for v in view.versions]
 
     def feedback(self, rollout_id: str, score: float, comment: str, client: str, token: str = "") -> dict[str, Any]:
         """A human Reward (judge ``human:mcp:<client>``) for a rollout this server answered to ``client``, checked
         with its ``feedback_token``; FeedbackRefused for any other rollout, LabelError for a score outside [0, 1]."""
         from streamgrpo.topics.sdk import human_reward
 
-        if self.producer is None or self.kafka is None:
-            raise ServeError(f"feedback cannot be recorded: {NOT_RECORDED}")
+        if self.producer is None:
+            raise ServeError(f"feedback cannot be recorded: nothing is recorded ({self.why_not_recorded})")
         served = self._authorise(rollout_id, client, token)
         reward = human_reward(served.done, score, f"mcp:{client}")
         self.producer.send(reward)
         self.producer.flush()
         log.info("feedback %s on rollout %s by %s: %s", score, rollout_id, reward.judge.name, comment[:500])
-        return {"rollout_id": rollout_id, "score": reward.score, "judge": reward.judge.name,
-                "adapter": f"{reward.adapter_name}@v{reward.adapter_version}", "recorded": True}
+        adapter = f"{reward.adapter_name}@v{reward.adapter_version}"
+        return {"rollout_id": rollout_id, "score": reward.score, "judge": reward.judge.name, "adapter": adapter,
+                "recorded": True, "trains": False, "effect": feedback_effect(adapter)}
 
     def _authorise(self, rollout_id: str, client: str, token: str) -> Served:
         """The served rollout ``rollout_id`` when ``client`` holds its token; FeedbackRefused otherwise."""

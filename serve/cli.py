@@ -1,100 +1,181 @@
 """``streamgrpo serve``: the agent as an MCP server (stdio by default, or streamable HTTP).
 
-Start-up: the [rollout] settings (TOML, env) with the model-free roles; the broker is probed (``--bootstrap``
-/ [kafka]); when it answers, every call is produced as events and the server follows ``adapter-events``
-(hot-swapping verified adapters like a worker) to serve the PRIMARY version; when it does not (or with
-``--no-broker``), the base model answers and one warning says that nothing is recorded. Logs go to stderr:
-on stdio, stdout is the protocol.
+Start-up never needs a broker. :func:`streamgrpo.serve.discovery.locate` says where to serve from: the run of
+``--run ID``, a configured broker, else the latest live ``streamgrpo run`` of the home (as ``streamgrpo status``
+finds it), else the broker of ``streamgrpo broker up``. With a broker that answers, every call is produced as events
+and the server follows ``adapter-events`` (hot-swapping verified adapters from the run's adapter store like a
+worker) to serve the PRIMARY version; it reads the topic to its end before it answers its first call, so the first
+answer already comes from the primary. Without one (or with ``--no-broker``), ONE warning (stderr) says that nothing
+is recorded and why, and the base model (v0) answers (a finished ``--run``: the primary its archive names).
+
+Settings: ``[serve]`` (:class:`~streamgrpo.serve.config.ServeSettings`: host, port, the bearer token, the bounds), its
+options override them; ``[rollout]`` and ``[loop]`` from ``--config``, else from the run's own settings file. Logs go
+to stderr: on stdio, stdout is the protocol. The HTTP transport binds to 127.0.0.1 unless ``--host`` / ``[serve]
+host`` says otherwise; ``[serve] auth_token`` (env ``STREAMGRPO_SERVE__AUTH_TOKEN``; never an option, never logged)
+makes it refuse every request without ``Authorization: Bearer <token>``. Another address without a token is allowed
+(a gateway may authenticate) and warned about.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import threading
+import time
 from typing import Any
 
 import click
 
-from streamgrpo.serve.bounds import ServeLimits
+from streamgrpo.serve.bounds import max_body_bytes
 
 log = logging.getLogger(__name__)
+#: How long start-up waits for the adapter follower to read ``adapter-events`` to its end (and load the primary).
+CATCH_UP_S = 30.0
 
 
-def broker_reachable(kafka: Any, timeout_s: float = 3.0) -> bool:
-    """True when the bootstrap broker answers a metadata request within ``timeout_s``."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    from streamgrpo.topics.clients import client_config
-
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
     try:
-        AdminClient(client_config(kafka)).list_topics(timeout=timeout_s)
-    except KafkaException:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
         return False
-    return True
 
 
 def _start_follower(cfg: Any, kafka: Any, policy: Any) -> tuple[Any, threading.Event]:
-    from streamgrpo.rollout.adapters import AdapterFollower, follow
+    """The adapter follower on its own thread, reading ``adapter-events`` from the beginning; returns once it has
+    caught up (or after :data:`CATCH_UP_S`, with a warning)."""
+    from streamgrpo.rollout.adapters import AdapterFollower
+    from streamgrpo.topics import catalog
+    from streamgrpo.topics.follow import LogFollower
+    from streamgrpo.topics.received import Received
 
     follower = AdapterFollower(policy, adapter_name=cfg.adapter_name, store_root=cfg.adapter_store,
                                keep_last=cfg.keep_resident, canary_share=cfg.canary_share)
     stop = threading.Event()
-    threading.Thread(target=lambda: asyncio.run(follow(follower, kafka, stop)), name="adapter-follower",
-                     daemon=True).start()
+
+    async def handle(batch: list[Received]) -> None:
+        events = [r.event for r in batch if r.event is not None]
+        if events:
+            await asyncio.to_thread(follower.handle_batch, events)
+
+    reader = LogFollower(kafka, [catalog.ADAPTER_EVENTS], handle)
+
+    def follow() -> None:
+        try:
+            asyncio.run(reader.run(stop))
+        except Exception as exc:  # noqa: BLE001 - logged; serving goes on with the versions read so far
+            log.error("cannot follow %s (%s: %s): calls are answered by %s@v%d from now on", catalog.ADAPTER_EVENTS,
+                      type(exc).__name__, exc, cfg.adapter_name, follower.primary(cfg.adapter_name))
+
+    thread = threading.Thread(target=follow, name="adapter-follower", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + CATCH_UP_S
+    while not reader.wait_caught_up(0.2) and thread.is_alive():
+        if time.monotonic() > deadline:
+            log.warning("the adapter follower has not read %s to its end within %g s: calls are answered by "
+                        "%s@v%d until it has", catalog.ADAPTER_EVENTS, CATCH_UP_S, cfg.adapter_name,
+                        follower.primary(cfg.adapter_name))
+            break
     return follower, stop
 
 
+def _archived_follower(cfg: Any, policy: Any, archive: Any) -> Any:
+    """A follower fed once with the ``adapter-events`` of a run's archive (a finished run: no broker)."""
+    from streamgrpo.lifecycle.view import archive_events
+    from streamgrpo.rollout.adapters import AdapterFollower
+    from streamgrpo.topics import catalog
+
+    follower = AdapterFollower(policy, adapter_name=cfg.adapter_name, store_root=cfg.adapter_store,
+                               keep_last=cfg.keep_resident, canary_share=cfg.canary_share)
+    follower.handle_batch(list(archive_events(archive)(catalog.ADAPTER_EVENTS)))
+    return follower
+
+
 @click.command("serve", epilog="\b\nExamples:\n  streamgrpo serve                               # stdio (Claude Desktop, "
-               "IDEs)\n  streamgrpo serve --transport http --port 8765  # http://127.0.0.1:8765/mcp")
+               "IDEs)\n  streamgrpo serve --transport http --port 8765  # http://127.0.0.1:8765/mcp\n"
+               "  STREAMGRPO_SERVE__AUTH_TOKEN=... streamgrpo serve --transport http --host 0.0.0.0")
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
               help="stdio: the client starts this command; http: streamable HTTP at http://HOST:PORT/mcp.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
-@click.option("--port", type=int, default=8765, show_default=True, help="HTTP port.")
+@click.option("--host", default=None, help="HTTP bind address ([serve] host, default 127.0.0.1: this machine only).")
+@click.option("--port", type=int, default=None, help="HTTP port ([serve] port, default 8765).")
 @click.option("--bootstrap", default=None, envvar="STREAMGRPO_BOOTSTRAP", help="Kafka bootstrap host:port.")
-@click.option("--no-broker", is_flag=True, help="Do not record events (answer with the base model).")
-@click.option("--model", default=None, help="Base model (alias, local dir). Default: smollm2-135m-instruct.")
+@click.option("--run", "run_id", default=None, metavar="ID",
+              help="Serve this `streamgrpo run` (default: the configured Kafka, else the latest live run): its "
+              "primary version from its adapter store; a finished run's from its archive, unrecorded.")
+@click.option("--no-broker", is_flag=True, help="Do not record events (the base model answers; with --run, the "
+              "primary its archive names).")
+@click.option("--model", default=None, help="Base model (alias, local dir). Default: [rollout] model.")
 @click.option("--max-turns", type=int, default=None, help="Turn budget of one solve (default [loop] max_turns).")
-@click.option("--max-question-bytes", type=click.IntRange(1, 1_000_000), default=ServeLimits.max_question_bytes,
-              show_default=True, help="Longest question (UTF-8 bytes) a solve accepts; a longer one is an error at "
-              "once. A question whose prompt exceeds [rollout] max_prompt_tokens is cut to fit.")
-@click.option("--version-wait-s", type=click.FloatRange(0, 3600), default=ServeLimits.version_wait_s,
-              show_default=True, help="How long a solve pinned to a version waits for it to be published and loaded.")
+@click.option("--max-question-bytes", type=click.IntRange(1, 1_000_000), default=None,
+              help="Longest question (UTF-8 bytes) a solve accepts ([serve] max_question_bytes, default 8192); a "
+              "longer one is an error at once. A question whose prompt exceeds [rollout] max_prompt_tokens is cut.")
+@click.option("--version-wait-s", type=click.FloatRange(0, 3600), default=None,
+              help="How long a solve pinned to a version waits for it to be published and loaded ([serve] "
+              "version_wait_s, default 5).")
 @click.pass_context
-def serve(ctx: click.Context, transport: str, host: str, port: int, bootstrap: str | None, no_broker: bool,
-          model: str | None, max_turns: int | None, max_question_bytes: int, version_wait_s: float) -> None:
+def serve(ctx: click.Context, transport: str, host: str | None, port: int | None, bootstrap: str | None,
+          run_id: str | None, no_broker: bool, model: str | None, max_turns: int | None,
+          max_question_bytes: int | None, version_wait_s: float | None) -> None:
     """Serve the trained agent as an MCP server: tools solve(question), adapters(), feedback(rollout_id, score,
-    feedback_token)."""
-    from streamgrpo.config import KafkaSettings, load
+    feedback_token). Starts with or without a broker; see [serve] for the bearer token of the HTTP transport."""
+    from streamgrpo.config import load
+    from streamgrpo.redact import register_secrets_in
     from streamgrpo.rollout.config import RolloutConfig
     from streamgrpo.rollout.runtime import build_context, build_policy
     from streamgrpo.serve.agent import ServeAgent
+    from streamgrpo.serve.config import ServeSettings
+    from streamgrpo.serve.discovery import locate
     from streamgrpo.serve.server import build_server
 
     path = (ctx.obj or {}).get("config_path")
-    cfg = load(RolloutConfig, "rollout", path=path,
-               overrides={"model": model, "max_turns": max_turns, "policy": "local", "service": "mcp"})
-    kafka = load(KafkaSettings, "kafka", path=path, overrides={"bootstrap": bootstrap})
-    recording = not no_broker and broker_reachable(kafka)
+    settings = load(ServeSettings, "serve", path=path, overrides={
+        "host": host, "port": port, "max_question_bytes": max_question_bytes, "version_wait_s": version_wait_s})
+    register_secrets_in(settings)
+    where = locate(path, run_id, bootstrap=bootstrap, no_broker=no_broker)
+    overrides: dict[str, Any] = {"model": model, "max_turns": max_turns, "policy": "local", "service": "mcp"}
+    if where.adapter_store is not None:
+        overrides["adapter_store"] = where.adapter_store
+    cfg = load(RolloutConfig, "rollout", path=where.config_path, overrides=overrides)
     policy = build_policy(cfg)
     producer, follower, stop = None, None, None
-    if recording:
+    if where.kafka is not None:
         from streamgrpo.topics.producer import EventProducer
 
-        producer = EventProducer(kafka, "mcp")
-        follower, stop = _start_follower(cfg, kafka, policy) if cfg.follow_adapters else (None, None)
-        log.info("serving %s on %s; calls are recorded on %s", cfg.adapter_name, transport, kafka.bootstrap)
+        producer = EventProducer(where.kafka, "mcp")
+        follower, stop = _start_follower(cfg, where.kafka, policy) if cfg.follow_adapters else (None, None)
+    elif where.archive is not None and where.archive.is_dir():
+        follower = _archived_follower(cfg, policy, where.archive)
+    primary = follower.primary(cfg.adapter_name) if follower is not None else 0
+    run = f" of run {where.run.run_id} (adapter store {cfg.adapter_store})" if where.run is not None else ""
+    if where.kafka is not None:
+        log.info("serving %s@v%d (the primary)%s on %s; calls are recorded on %s (topic prefix %r)", cfg.adapter_name,
+                 primary, run, transport, where.kafka.bootstrap, where.kafka.topic_prefix)
     else:
         cfg = cfg.model_copy(update={"adapter_wait_s": 0.0})
-        log.warning("no broker at %s: calls are answered by the base model (v0) and NOT recorded as events",
-                    kafka.bootstrap)
-    agent = ServeAgent(cfg, build_context(cfg, policy), producer=producer, follower=follower,
-                       kafka=kafka if recording else None, limits=ServeLimits(max_question_bytes, version_wait_s))
-    server = build_server(agent)
+        log.warning("%s: calls are answered by %s@v%d%s%s and NOT recorded as events (feedback is refused)",
+                    where.why_not_recorded, cfg.adapter_name, primary, " (the base model)" if primary == 0 else "",
+                    run)
+    from streamgrpo.lifecycle.view import archive_events
+
+    agent = ServeAgent(cfg, build_context(cfg, policy), producer=producer, follower=follower, kafka=where.kafka,
+                       limits=settings.limits(), why_not_recorded=where.why_not_recorded,
+                       events=archive_events(where.archive) if where.kafka is None and where.archive is not None
+                       and where.archive.is_dir() else None)
+    token = settings.auth_token if transport == "http" else None
+    bracketed = f"[{settings.host}]" if ":" in settings.host and not settings.host.startswith("[") else settings.host
+    server = build_server(agent, token, url=f"http://{bracketed}:{settings.port}")
     try:
         if transport == "http":
-            server.run("streamable-http", host=host, port=port)
+            if token is None and not _loopback(settings.host):
+                log.warning("HTTP on %s without [serve] auth_token: anyone who reaches port %d can call solve and "
+                            "feedback; set STREAMGRPO_SERVE__AUTH_TOKEN (or authenticate at a gateway)",
+                            settings.host, settings.port)
+            log.info("MCP over streamable HTTP at http://%s:%d/mcp (%s)", settings.host, settings.port,
+                     "bearer token required" if token is not None else "no authentication")
+            server.run("streamable-http", host=settings.host, port=settings.port,
+                       max_request_body_size=max_body_bytes(settings.limits()))
         else:
             server.run("stdio")
     finally:
