@@ -7,7 +7,7 @@
 - :mod:`.sandbox_io`: bounded reads, the jail's pid, the tmpfs file watch; :mod:`.sandbox_cgroup`: a cgroup
   per call where one is delegated; :mod:`.sandbox_limits`: which limits hold for the whole call, said at start;
 - :mod:`.server_jail`: the jail of the stdio MCP servers a worker starts (no view of the worker's secrets);
-- :mod:`.config`: ``[tools.sandbox]`` settings; :mod:`.errors`: what reaches callers.
+- :mod:`.config`: ``[rollout.tools.sandbox]`` settings; :mod:`.errors`: what reaches callers.
 
 The agent's ``python`` tool (:mod:`streamgrpo.rollout.tools.python_sandbox`) is built on :mod:`.runner`.
 Importing this package imports nothing.

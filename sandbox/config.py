@@ -1,8 +1,8 @@
-"""Settings of the python tool's sandbox (``[tools.sandbox]``, a sub-table of :class:`~streamgrpo.rollout.tools.config.ToolsSettings`).
+"""Settings of the python tool's sandbox (``[rollout.tools.sandbox]``, a sub-table of :class:`~streamgrpo.rollout.tools.config.ToolsSettings`).
 
 Example TOML::
 
-    [tools.sandbox]
+    [rollout.tools.sandbox]
     cpu_seconds = 5
     memory_mb = 512
 """

@@ -170,7 +170,7 @@ def _choose_python(settings: SandboxSettings, uid: int, gid: int) -> tuple[str, 
     raise SandboxUnavailableError(
         "no python interpreter the sandbox user can read (" + "; ".join(reasons) + "). Install Debian's python3 "
         "(`apt-get install python3 python3-sympy python3-numpy`; `make setup` does it as root) or set "
-        "[tools.sandbox] python to an interpreter under world-readable directories.")
+        "[rollout.tools.sandbox] python to an interpreter under world-readable directories.")
 
 
 def bwrap_version(bwrap: str) -> tuple[int, ...]:
@@ -197,7 +197,7 @@ def plan_jail(settings: SandboxSettings) -> JailPlan:
     uid, gid, switch = _identity(settings)
     if uid == 0:
         raise SandboxUnavailableError("the sandbox would run as uid 0; run the worker as a non-root user or as root "
-                                      "with [tools.sandbox] run_as_uid set to an unprivileged uid")
+                                      "with [rollout.tools.sandbox] run_as_uid set to an unprivileged uid")
     python, dirs = _choose_python(settings, uid, gid)
     try:
         program = build_program(allow_fork=settings.allow_fork)

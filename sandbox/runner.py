@@ -292,7 +292,7 @@ def _verify_with_cgroup(plan: JailPlan, limits: SandboxSettings) -> tuple[JailPl
 def _explicit_cgroup(limits: SandboxSettings) -> str | None:
     """The setting that asks for a cgroup explicitly (the tool then refuses to start without it), if any."""
     if limits.cgroup_parent is not None:
-        return "[tools.sandbox] cgroup_parent"
+        return "[rollout.tools.sandbox] cgroup_parent"
     if limits.cgroup in ("v1", "v2"):
         return (f'[rollout.tools.sandbox] cgroup = "{limits.cgroup}" (env STREAMGRPO_ROLLOUT__TOOLS__SANDBOX__CGROUP; '
                 '"auto" falls back to the rlimits with a WARNING)')

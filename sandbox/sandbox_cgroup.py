@@ -1,6 +1,6 @@
 """A cgroup v2 per sandbox call, where the host delegates one: memory, pids and CPU for the whole call.
 
-Detected once at start (:func:`plan_cgroup`): the parent is ``[tools.sandbox] cgroup_parent`` or,
+Detected once at start (:func:`plan_cgroup`): the parent is ``[rollout.tools.sandbox] cgroup_parent`` or,
 unset, the worker's own cgroup (``0::<path>`` of /proc/self/cgroup under the cgroup2 mount of
 /proc/self/mountinfo). It is usable when it is a writable cgroup2 directory whose
 ``cgroup.controllers`` has ``memory`` and ``pids`` (and ``cpu`` with ``allow_fork``) and whose
@@ -25,7 +25,7 @@ Each call (:class:`CallCgroup`, documented kernel interface, Documentation/admin
 3. after the call: ``memory.events``/``pids.events`` say whether a limit was hit; ``cgroup.kill``
    then ``rmdir``.
 
-Where no cgroup v2 is usable, ``[tools.sandbox] cgroup = "auto"`` (the default) falls back to the cgroup v1
+Where no cgroup v2 is usable, ``[rollout.tools.sandbox] cgroup = "auto"`` (the default) falls back to the cgroup v1
 hierarchies of :mod:`.sandbox_cgroup_v1` (memory, pids, and cpu with ``allow_fork``; the same steps, with the v1
 files); ``"v2"`` and ``"v1"`` use only that version and refuse to start without it (fail closed), as does a set
 ``cgroup_parent`` (a v2 directory).
@@ -171,7 +171,7 @@ def plan_cgroup(settings: SandboxSettings) -> CgroupPlan | str:
     """The per-call cgroup plan, or why there is none (a sentence for the start-up WARNING): cgroup v2, else
     (``cgroup = "auto"`` without ``cgroup_parent``) cgroup v1."""
     if settings.cgroup == "off":
-        return 'switched off ([tools.sandbox] cgroup = "off")'
+        return 'switched off ([rollout.tools.sandbox] cgroup = "off")'
     if settings.cgroup == "v1":
         return _plan_v1(settings)
     v2 = _plan_v2(settings)

@@ -111,6 +111,6 @@ def announce_limits(scopes: tuple[LimitScope, ...], settings: SandboxSettings, n
     text = "python sandbox limits: " + ". ".join(parts)
     if settings.require_call_limits:
         raise SandboxUnavailableError(
-            f"{text}. [tools.sandbox] require_call_limits is set, so the tool refuses to start; unset allow_fork "
+            f"{text}. [rollout.tools.sandbox] require_call_limits is set, so the tool refuses to start; unset allow_fork "
             "for one process per call, or give each call a cgroup (cgroup_parent)")
     log.warning("%s", text)

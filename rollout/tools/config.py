@@ -1,23 +1,23 @@
-"""Settings of the agent's tools (section ``[tools]``, sub-tables per tool).
+"""Settings of the agent's tools (section ``[rollout.tools]``, sub-tables per tool).
 
 Example TOML::
 
-    [tools]
+    [rollout.tools]
     enabled = ["calculator", "python", "knowledge_search"]
     max_output_chars = 2000
 
-    [tools.sandbox]
+    [rollout.tools.sandbox]
     cpu_seconds = 5
     memory_mb = 512
 
-    [tools.knowledge]
+    [rollout.tools.knowledge]
     corpus_path = "/data/passages.parquet"
 
-    [[tools.mcp_servers]]          # tools of an MCP server, registered as "<name>.<tool>"
+    [[rollout.tools.mcp_servers]]          # tools of an MCP server, registered as "<name>.<tool>"
     name = "files"
     command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"]
 
-    [[tools.mcp_servers]]
+    [[rollout.tools.mcp_servers]]
     name = "search"
     url = "http://search.internal:8080/mcp"
     tools = ["query"]              # only these (and a stable tool list when the server is down at start)
@@ -82,7 +82,7 @@ class McpServerSettings(StrictModel):
     connect_timeout_s: float = Field(default=20.0, gt=0, le=600, description="Limit of one connect (process start "
                                      "or HTTP handshake) plus tool listing.")
     max_result_chars: int = Field(default=100_000, ge=64, le=10_000_000, description="A result longer than this is "
-                                  "an observation error (shorter results are cut to [tools] max_output_chars).")
+                                  "an observation error (shorter results are cut to [rollout.tools] max_output_chars).")
     reconnect_attempts: int = Field(default=3, ge=1, le=20, description="Connects tried (exponential backoff) when "
                                     "the server is gone at a call; the call is then retried once.")
     backoff_s: float = Field(default=0.25, gt=0, le=60, description="First wait between reconnects (doubles, "

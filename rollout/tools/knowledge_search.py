@@ -8,7 +8,7 @@ merges "founded" with "found"). Repeated query words count once; ties go by corp
 bm25s, not tantivy: exact configurable formula, numpy only (tantivy fixes k1=1.2, stores lengths lossily).
 
 A user corpus is a JSONL or Parquet file of passages with fields ``id``, ``text`` and optional
-``title`` (``[tools.knowledge] corpus_path``); rows missing ``id`` or ``text`` make the build fail
+``title`` (``[rollout.tools.knowledge] corpus_path``); rows missing ``id`` or ``text`` make the build fail
 with the row number (an operator error, raised once at start).
 Not covered: phrase queries, incremental updates, corpora that do not fit in memory (100k: BENCHMARKS.md).
 """

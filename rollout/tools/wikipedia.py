@@ -1,6 +1,6 @@
 """Wikipedia search through the MediaWiki API (online only; disabled by default).
 
-Disabled (``[tools.wikipedia] enabled = false``, the default, since the rollout workers usually have
+Disabled (``[rollout.tools.wikipedia] enabled = false``, the default, since the rollout workers usually have
 no internet), every call returns a ToolResult error that says so and how to enable it. Enabled, a
 call runs ``action=query&list=search`` with ``httpx`` (imported lazily; timeout and User-Agent from
 the settings) and returns the titles and plain-text snippets of the top results.
@@ -60,7 +60,7 @@ class WikipediaSearch(Tool):
     def _call(self, args: dict[str, Any]) -> ToolResult:
         if not self.settings.enabled:
             return ToolResult(output="", error="wikipedia search is disabled (offline); enable it with "
-                              "[tools.wikipedia] enabled = true where the worker has internet access, or use "
+                              "[rollout.tools.wikipedia] enabled = true where the worker has internet access, or use "
                               "knowledge_search instead")
         import httpx  # noqa: PLC0415 - optional (ml extra); presence checked in __init__
         params = {"action": "query", "list": "search", "srsearch": args["query"], "format": "json",

@@ -54,7 +54,7 @@ def test_disabled_by_default_with_a_clear_error() -> None:
     tool = WikipediaSearch()
     result = tool.run({"query": "Marcion"})
     assert result.error is not None
-    assert result.error.startswith("wikipedia search is disabled (offline); enable it with [tools.wikipedia] enabled = true")
+    assert result.error.startswith("wikipedia search is disabled (offline); enable it with [rollout.tools.wikipedia] enabled = true")
     assert "DISABLED" in tool.spec.description
 
 

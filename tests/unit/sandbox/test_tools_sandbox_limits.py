@@ -196,7 +196,7 @@ def test_a_cgroup_parent_that_is_not_a_cgroup_fails_closed(wrapper_dir: Path) ->
 
 
 def test_cgroup_off_is_said_and_kept() -> None:
-    assert plan_cgroup(SandboxSettings(cgroup="off")) == 'switched off ([tools.sandbox] cgroup = "off")'
+    assert plan_cgroup(SandboxSettings(cgroup="off")) == 'switched off ([rollout.tools.sandbox] cgroup = "off")'
 
 
 def test_each_calls_cgroup_bounds_memory_files_processes_and_cpu_of_forks() -> None:
