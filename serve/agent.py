@@ -26,8 +26,11 @@ event: its rollout ends as ERROR ``cancelled``.
 
 Feedback is authorised: only on a rollout this server answered with ``solve`` (never a training rollout read from
 ``rollouts``), by the client it was served to (its MCP client name) holding the ``feedback_token`` that ``solve``
-returned to it (a secret of that one reply: the client name alone is only what a client claims to be). The score
-is a number from 0 to 1 (:func:`~streamgrpo.topics.sdk.score_problem`).
+returned to it (a secret of that one reply: the client name alone is only what a client claims to be). Tokens are
+stateless (:mod:`.tokens`): signed with a secret kept in the home (``<home>/serve/feedback.key``, mode 0600), so a
+``serve`` restarted on the same home accepts the tokens it gave before; an agent built without one
+(``tokens`` None) signs with a key of its process only. The score is a number from 0 to 1
+(:func:`~streamgrpo.topics.sdk.score_problem`).
 
 Without a broker (``producer`` None) nothing is recorded and every answer says so (``note``, with the reason
 :mod:`.discovery` gave); the base model (v0) answers, or, for a finished run (``--run ID``), the primary its archive
@@ -35,21 +38,17 @@ names, fed to the follower at start. ``adapters`` folds the versions from ``even
 archive; :mod:`streamgrpo.lifecycle.view`), at most once per :data:`VIEW_TTL_S`.
 
 What is not covered: the comment of ``feedback`` travels only in the reply and the log (the Reward schema has
-no free-text field); feedback on a rollout served before this process started (served rollouts and their tokens
-live in memory, the last :data:`MAX_SERVED`); stopping a model call in the middle of a turn (a cancelled call stops
-at its next event).
+no free-text field); revoking one feedback token (rotate the key: :mod:`.tokens`); stopping a model call in the
+middle of a turn (a cancelled call stops at its next event).
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import re
-import secrets
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,12 +59,11 @@ from streamgrpo.lifecycle.view import EventSource
 from streamgrpo.rollout.config import RolloutConfig
 from streamgrpo.rollout.loop import LoopContext
 from streamgrpo.serve.bounds import ServeLimits, check_question, fit_question
+from streamgrpo.serve.tokens import FeedbackTokens, TokenRefused
 
 log = logging.getLogger(__name__)
 _PIN = re.compile(r"^(?:(?P<name>[A-Za-z0-9_.-]+)@)?v?(?P<version>\d+)$")
 NOT_RECORDED = "no broker"
-#: Served rollouts remembered for ``feedback`` (the oldest is forgotten first).
-MAX_SERVED = 10_000
 #: Seconds an ``adapters`` answer is reused (calls at once share one read of the topics).
 VIEW_TTL_S = 5.0
 
@@ -95,15 +93,6 @@ class SolveCancelled(Exception):  # noqa: N818 - not a StreamGRPOError: the roll
 class Producer(Protocol):
     def send(self, event: R.Event) -> None: ...
     def flush(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Served:
-    """A rollout answered by ``solve``: the client it was served to and the secret its feedback must carry."""
-
-    done: R.RolloutCompleted
-    client: str
-    token: str
 
 
 @dataclass
@@ -175,10 +164,12 @@ class ServeAgent:
 
     def __init__(self, cfg: RolloutConfig, ctx: LoopContext, *, producer: Producer | None = None,
                  follower: Any = None, kafka: Any = None, limits: ServeLimits | None = None,
-                 events: EventSource | None = None, why_not_recorded: str = NOT_RECORDED) -> None:
+                 events: EventSource | None = None, why_not_recorded: str = NOT_RECORDED,
+                 tokens: FeedbackTokens | None = None) -> None:
         """``kafka``: the broker calls are recorded on (``events`` defaults to its topics); ``events``: where
         ``adapters`` reads the versions (a finished run's archive); ``why_not_recorded``: the reason every reply
-        gives when ``producer`` is None."""
+        gives when ``producer`` is None; ``tokens``: what signs and checks feedback tokens (``serve``: the home's
+        key, :mod:`.tokens`; None: a key of this process only)."""
         self.limits = limits or ServeLimits()
         # a worker thread waits for a pinned version to load at most version_wait_s (its announcement is awaited on
         # the server's event loop first: version_announced)
@@ -190,8 +181,7 @@ class ServeAgent:
             events = kafka_events(kafka)
         self.events = events
         self.why_not_recorded = why_not_recorded
-        self._served: OrderedDict[str, Served] = OrderedDict()
-        self._lock = threading.Lock()
+        self.tokens = tokens or FeedbackTokens.ephemeral(kafka.topic_prefix if kafka is not None else "")
         self._view_lock = threading.Lock()
         self._view: tuple[float, list[dict[str, Any]]] | None = None
         self._warned: set[int] = set()
@@ -238,7 +228,7 @@ class ServeAgent:
         results = self._run(request, sink)
         sink.flush()
         done = next(e for e in sink.events if isinstance(e, R.RolloutCompleted))
-        token = self._remember(done, client)
+        token = self.tokens.issue(done, client)
         result = results[0]
         reply: dict[str, Any] = {
             "answer": result.final_answer, "status": result.status.value, "rollout_id": request.envelope.rollout_id,
@@ -275,15 +265,6 @@ class ServeAgent:
             ended.flush()
             raise ServeError("the call was cancelled: the client gave up") from None
 
-    def _remember(self, done: R.RolloutCompleted, client: str) -> str:
-        """Record that ``done`` was served to ``client``; returns the secret its feedback must carry."""
-        token = secrets.token_urlsafe(18)
-        with self._lock:
-            self._served[str(done.envelope.rollout_id)] = Served(done, client, token)
-            while len(self._served) > MAX_SERVED:
-                self._served.popitem(last=False)
-        return token
-
     def adapters(self) -> list[dict[str, Any]]:
         """Versions and their lifecycle status (from ``events``; reused for :data:`VIEW_TTL_S`); without any events
         only the base model."""
@@ -315,7 +296,7 @@ class ServeAgent:
         if self.producer is None:
             raise ServeError(f"feedback cannot be recorded: nothing is recorded ({self.why_not_recorded})")
         served = self._authorise(rollout_id, client, token)
-        reward = human_reward(served.done, score, f"mcp:{client}")
+        reward = human_reward(served, score, f"mcp:{client}")
         self.producer.send(reward)
         self.producer.flush()
         log.info("feedback %s on rollout %s by %s: %s", score, rollout_id, reward.judge.name, comment[:500])
@@ -323,14 +304,15 @@ class ServeAgent:
         return {"rollout_id": rollout_id, "score": reward.score, "judge": reward.judge.name, "adapter": adapter,
                 "recorded": True, "trains": False, "effect": feedback_effect(adapter)}
 
-    def _authorise(self, rollout_id: str, client: str, token: str) -> Served:
-        """The served rollout ``rollout_id`` when ``client`` holds its token; FeedbackRefused otherwise."""
-        with self._lock:
-            served = self._served.get(rollout_id)
-        if served is None:
-            raise FeedbackRefused(f"rollout {rollout_id!r} was not answered by this server's `solve` (or before it "
-                                  "restarted): feedback is only for answers this server gave you")
-        if served.client != client or not hmac.compare_digest(served.token.encode(), (token or "").encode()):
-            raise FeedbackRefused(f"rollout {rollout_id!r} was not served to this client with that token: pass the "
-                                  "feedback_token that `solve` returned with the answer")
-        return served
+    def _authorise(self, rollout_id: str, client: str, token: str) -> R.RolloutCompleted:
+        """The served rollout ``rollout_id`` (as its token describes it) when ``client`` holds its token;
+        FeedbackRefused otherwise."""
+        try:
+            return self.tokens.verify(rollout_id, client, token)
+        except TokenRefused as exc:
+            if exc.wrong_rollout:
+                raise FeedbackRefused(f"rollout {rollout_id!r} was not answered by this server's `solve` with that "
+                                      "feedback_token: feedback is only for answers this server gave you, each with "
+                                      "its own token") from None
+            raise FeedbackRefused(f"rollout {rollout_id!r} was not served to this client with that token ({exc}): "
+                                  "pass the feedback_token that `solve` returned with the answer") from None

@@ -3,7 +3,8 @@
 - :class:`ServeLimits` (``[serve]`` settings; ``serve --max-question-bytes``, ``--version-wait-s``): a question
   longer than ``max_question_bytes`` (UTF-8) is refused at once with an error saying the bound
   (:func:`check_question`), and so is any other text argument longer than ``max_argument_bytes`` (version, rollout
-  id, feedback token, comment: :func:`check_argument`); both checks run on the server's event loop before the call
+  id, comment: :func:`check_argument`; a feedback token, which the server signs, at most
+  :data:`~streamgrpo.serve.tokens.MAX_TOKEN_BYTES` or ``max_argument_bytes`` if larger); both checks run on the server's event loop before the call
   takes a thread. A call pinned to a version that is not announced within ``version_wait_s`` is refused (the wait
   holds no thread: the server awaits it on the event loop), and a worker thread waits at most as long for the
   version to load. At most ``max_concurrent_solves`` solves hold a thread at once (the server's own limiter; the

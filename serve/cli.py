@@ -13,7 +13,9 @@ options override them; ``[rollout]`` and ``[loop]`` from ``--config``, else from
 to stderr: on stdio, stdout is the protocol. The HTTP transport binds to 127.0.0.1 unless ``--host`` / ``[serve]
 host`` says otherwise; ``[serve] auth_token`` (env ``STREAMGRPO_SERVE__AUTH_TOKEN``; never an option, never logged)
 makes it refuse every request without ``Authorization: Bearer <token>``. Another address without a token is allowed
-(a gateway may authenticate) and warned about.
+(a gateway may authenticate) and warned about. When recording, feedback tokens are signed with the home's key
+(``<home>/serve/feedback.key``, made at the first start, mode 0600: :mod:`streamgrpo.serve.tokens`), so a restarted
+``serve`` accepts the tokens it gave before.
 """
 
 from __future__ import annotations
@@ -139,10 +141,21 @@ def serve(ctx: click.Context, transport: str, host: str | None, port: int | None
         overrides["adapter_store"] = where.adapter_store
     cfg = load(RolloutConfig, "rollout", path=where.config_path, overrides=overrides)
     policy = build_policy(cfg)
-    producer, follower, stop = None, None, None
+    producer, follower, stop, tokens = None, None, None, None
     if where.kafka is not None:
+        from streamgrpo.config import BrokerSettings
+        from streamgrpo.serve.tokens import FeedbackTokens, load_or_create_key
         from streamgrpo.topics.producer import EventProducer
 
+        # feedback tokens signed with the home's key: a restarted serve accepts those it gave before
+        home = load(BrokerSettings, "broker", path=path).home
+        try:
+            tokens = FeedbackTokens(load_or_create_key(home), where.kafka.topic_prefix)
+        except OSError as exc:  # a home this process cannot write (a key others could read is a ConfigError)
+            log.warning("cannot keep the feedback key in %s (%s): feedback tokens given now stop working when this "
+                        "serve stops; set STREAMGRPO_HOME to a directory this user can write", home,
+                        exc.strerror or exc)
+            tokens = FeedbackTokens.ephemeral(where.kafka.topic_prefix)
         producer = EventProducer(where.kafka, "mcp")
         follower, stop = _start_follower(cfg, where.kafka, policy) if cfg.follow_adapters else (None, None)
     elif where.archive is not None and where.archive.is_dir():
@@ -160,7 +173,7 @@ def serve(ctx: click.Context, transport: str, host: str | None, port: int | None
     from streamgrpo.lifecycle.view import archive_events
 
     agent = ServeAgent(cfg, build_context(cfg, policy), producer=producer, follower=follower, kafka=where.kafka,
-                       limits=settings.limits(), why_not_recorded=where.why_not_recorded,
+                       limits=settings.limits(), why_not_recorded=where.why_not_recorded, tokens=tokens,
                        events=archive_events(where.archive) if where.kafka is None and where.archive is not None
                        and where.archive.is_dir() else None)
     token = settings.auth_token if transport == "http" else None

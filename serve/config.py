@@ -36,7 +36,8 @@ class ServeSettings(StrictModel):
                                     "to fit.")
     max_argument_bytes: int = Field(_DEFAULTS.max_argument_bytes, ge=64, le=1_000_000,
                                     description="Longest value (UTF-8 bytes) of every other text argument (version, "
-                                    "rollout_id, feedback_token, comment); a longer one is an error at once.")
+                                    "rollout_id, comment); a longer one is an error at once. A feedback_token (signed "
+                                    "by this server) may be up to 8192 bytes, or this bound if larger.")
     max_concurrent_solves: int = Field(_DEFAULTS.max_concurrent_solves, ge=1, le=256,
                                        description="`solve` calls running at once (each holds a worker thread while "
                                        "the model answers); more wait their turn without holding a thread. `adapters` "

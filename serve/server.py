@@ -15,7 +15,8 @@ Bounds (:mod:`.bounds`): a question beyond ``max_question_bytes``, or another te
 announced waits for it on the event loop (no thread held) for at most ``version_wait_s``, then is refused; a
 ``solve`` whose client gives up (a cancelled request: its timeout, or it went away) releases its caller at once and
 its rollout stops at its next event. ``feedback`` needs the ``feedback_token`` of the ``solve`` reply (see
-:mod:`.agent`).
+:mod:`.agent`; a token, signed and stateless, is bounded by :data:`~streamgrpo.serve.tokens.MAX_TOKEN_BYTES`, or by
+``max_argument_bytes`` when that is larger: :mod:`.tokens`).
 
 Authentication (HTTP): with ``[serve] auth_token`` set, every request to ``/mcp`` must carry
 ``Authorization: Bearer <token>``; the SDK's bearer middleware (``token_verifier`` + ``AuthSettings``) answers any
@@ -32,6 +33,7 @@ import hmac
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import anyio
@@ -44,6 +46,7 @@ from pydantic import SecretStr
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.serve.agent import ServeAgent
 from streamgrpo.serve.bounds import check_argument, check_question
+from streamgrpo.serve.tokens import MAX_TOKEN_BYTES
 
 T = TypeVar("T")
 
@@ -118,6 +121,16 @@ def check_arguments(agent: ServeAgent, **arguments: str | None) -> None:
         raise ToolError(str(exc)) from exc
 
 
+def check_token(agent: ServeAgent, token: str | None) -> None:
+    """ToolError when a feedback token is longer than any this server gives (at most
+    :data:`~streamgrpo.serve.tokens.MAX_TOKEN_BYTES`, or ``max_argument_bytes`` when that is larger)."""
+    try:
+        check_argument("feedback_token", token,
+                       replace(agent.limits, max_argument_bytes=max(agent.limits.max_argument_bytes, MAX_TOKEN_BYTES)))
+    except ValueError as exc:
+        raise ToolError(str(exc)) from exc
+
+
 def build_server(agent: ServeAgent, auth_token: SecretStr | None = None, url: str = "http://127.0.0.1") -> MCPServer:
     """An MCPServer exposing ``agent`` (run it with ``.run("stdio")`` or ``.run("streamable-http", ...)``). With
     ``auth_token``, its HTTP transport refuses (401) every request without that bearer token; ``url`` is the
@@ -156,7 +169,8 @@ def build_server(agent: ServeAgent, auth_token: SecretStr | None = None, url: st
     async def feedback(rollout_id: str, score: float, ctx: Context, comment: str = "",
                        feedback_token: str = "") -> dict[str, Any]:
         who = client_name(ctx)
-        check_arguments(agent, rollout_id=rollout_id, comment=comment, feedback_token=feedback_token)
+        check_arguments(agent, rollout_id=rollout_id, comment=comment)
+        check_token(agent, feedback_token)
         return await _in_thread(lambda: agent.feedback(rollout_id, score, comment, who, feedback_token), others)
 
     return server

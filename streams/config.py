@@ -99,11 +99,18 @@ class StreamsSettings(StrictModel):
     )
     min_group_size: int = Field(2, ge=1, description="Fewest usable rewards a timed-out group is scored with.")
     review_hold_s: float = Field(
-        0.0, ge=0, le=86_400, description="Human review: keep a complete group open this many seconds after its "
-        "last reward so that `streamgrpo label` can replace judge rewards before advantages are computed (a label "
-        "after the group closed changes nothing). Ends early once every usable reward is a person's; bounded, so "
-        "an unlabelled group still trains on the judge's rewards. 0 (default): close at once. Under the hold, "
-        "admission waits for held groups too: size max_groups_in_flight for it.")
+        0.0, ge=0, le=86_400, description="Human review of training groups: keep EVERY complete group open this many "
+        "seconds after its last reward so that an operator's `streamgrpo label` can replace judge rewards before "
+        "advantages are computed (a label after the group closed changes nothing). Ends early once every usable "
+        "reward is a person's; bounded, so an unlabelled group still trains on the judge's rewards. 0 (default): "
+        "close at once. Under the hold, admission waits for held groups too: size max_groups_in_flight for it. "
+        "(MCP clients give feedback only on calls `serve` answered them: served_review_hold_s holds those.)")
+    served_review_hold_s: float = Field(
+        300.0, ge=0, le=86_400, description="Human review of served calls: keep a complete group whose rollouts "
+        "`streamgrpo serve` answered to a client (Task source mcp:<client>) open this many seconds, so that the "
+        "client's MCP `feedback` (or `streamgrpo label`) replaces the judge's reward before the group closes. Ends "
+        "early once every usable reward is a person's. Served calls are not admitted by the fan-out, so the hold "
+        "does not slow training. 0: close at once. The longer of this and review_hold_s applies to served groups.")
     action_ttl_s: float = Field(
         3600.0, gt=0, description="Planner actions of a closed group not completed after this long are dropped."
     )

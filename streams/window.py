@@ -15,7 +15,9 @@ Delivery: at-least-once. Samples and GroupClosed are sent and their delivery awa
 table records them as emitted, so a crash can repeat an emission but never lose one; repeats carry
 the same deterministic id (``ids.sample_id(rollout_id)``) and the trainer drops them by id.
 Human rewards (``streamgrpo label``) are used ahead of the judge's while a group is open (see
-:func:`~streamgrpo.streams.window_core.add_reward`).
+:func:`~streamgrpo.streams.window_core.add_reward`); the review hold keeps groups served to a client
+(``served_review_hold_s``), or every group (``review_hold_s``), open for them
+(:func:`~streamgrpo.streams.window_core.review_hold`).
 A/B control arm: at a group's close the worker's follower (:mod:`streamgrpo.streams.follower`, the one registry
 fold) says whether the group is the test's control too far behind the line to train
 (:func:`~streamgrpo.streams.ab_controller.comparison_only`); such a group closes with reason ``control_arm`` and no
@@ -60,7 +62,7 @@ class Window:
         s = ctx.settings
         self.ctx = ctx
         self.policy = W.WindowPolicy(s.estimator, build_estimator(s.estimator), s.group_timeout_s,
-                                     s.partial_policy, s.min_group_size, s.review_hold_s)
+                                     s.partial_policy, s.min_group_size, s.review_hold_s, s.served_review_hold_s)
         parts = spec(catalog.REWARDS).partitions
         groups: Any = faust.Schema(key_serializer="json", value_serializer="json")
         actions: Any = faust.Schema(key_serializer="json", value_serializer="raw")
@@ -224,8 +226,10 @@ class Window:
             if raw["closed"]:
                 due = now - (raw["closed_at"] or now) >= self.ctx.settings.action_ttl_s
             else:
+                hold = W.review_hold(self.policy, raw.get("served"), int(raw.get("expected") or 0),
+                                     raw.get("demo_source"))
                 due = now - raw["first_seen"] >= self.policy.timeout_s or W.hold_over(raw.get("complete_at"),
-                                                                                      self.policy, now)
+                                                                                      self.policy, now, hold)
             if due and now - self.ticked.get(key, 0.0) >= self.ctx.settings.tick_interval_s * 5:
                 self.ticked[key] = now
                 out.append((key, raw["partition"]))

@@ -10,9 +10,16 @@ ERROR rewards count as arrived (they complete the group) but are unusable: they 
 their rollout yields no TrainingSample. Human rewards (provenance ``human:<name>``, from ``streamgrpo
 label``) are used ahead of the judge's while the group is open (:func:`add_reward`); a closed group
 is never reopened, so a label that comes after the group closed changes no advantage. To give people time to
-label, a review hold (``review_hold_s`` > 0, ``[streams] review_hold_s``) keeps a COMPLETE group open that
-long after its last reward arrived (``complete_at``), unless every usable reward is already a person's; the
-hold is bounded, so an unlabelled group still trains (on the judge's rewards) once it ends. A zero-variance group (all usable rewards equal) closes with
+label, a review hold keeps a COMPLETE group open after its last reward arrived (``complete_at``), unless every
+usable reward is already a person's; the hold is bounded, so an unlabelled group still trains (on the judge's
+rewards) once it ends. Which groups are held, and how long (:func:`review_hold`): a group opened for review -- one
+whose rollouts ``streamgrpo serve`` answered to a client (a RolloutCompleted whose ``source`` is the
+``mcp:<client>`` serve writes: :data:`SERVED_SOURCE`; MCP ``feedback`` is only for those) -- for
+``served_review_hold_s`` (never a demonstration, whatever its source); every group for ``review_hold_s`` (0 by
+default: an operator who reviews training groups with ``streamgrpo label`` opts in); the longer of the two applies.
+A group of one rollout that is not a demonstration (such a group trains nothing) is held as a served one until its
+RolloutCompleted says where it came from, so that a judge's reward that reaches the window before the
+RolloutCompleted does not close a served group unheld. A zero-variance group (all usable rewards equal) closes with
 ``trains=False, reason="zero_variance"`` and yields no samples.
 
 A demonstration's group (``demo_source`` set, from its RolloutCompleted or Reward) has one rollout: it trains when
@@ -53,6 +60,9 @@ from streamgrpo.topics.limits import MAX_GROUP_SIZE, MAX_TURNS
 #: :data:`DEMONSTRATION_ADVANTAGE`, the weight of the likelihood term, not a group-relative advantage).
 DEMONSTRATION = "demonstration"
 DEMONSTRATION_ADVANTAGE = 1.0
+#: The start of the Task ``source`` of a call ``streamgrpo serve`` answered (``mcp:<client>``: serve.agent's
+#: served_request), which its rollouts' RolloutCompleted carry: the mark of a group opened for review.
+SERVED_SOURCE = "mcp:"
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,8 @@ class WindowPolicy:
     timeout_s: float
     partial_policy: str  # "score" | "drop"
     min_group_size: int
-    review_hold_s: float = 0.0  # keep a complete group open this long for human labels (0 = close at once)
+    review_hold_s: float = 0.0  # keep every complete group open this long for human labels (0 = close at once)
+    served_review_hold_s: float = 0.0  # keep a complete group served to a client (opened for review) open this long
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,7 @@ class GroupState:
     emitted: list[str] = field(default_factory=list)
     complete_at: float | None = None  # when the last expected reward arrived (start of the review hold)
     demo_source: str | None = None  # the group executed a demonstration (RolloutCompleted / Reward.demo_source)
+    served: bool | None = None  # its rollouts were served to a client (SERVED_SOURCE); None: no RolloutCompleted yet
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,7 +203,8 @@ def add_completed(state: GroupState, done: R.RolloutCompleted) -> GroupState:
         return state
     expected = max(state.expected, int(done.group_size))
     return replace(state, turns_expected={**state.turns_expected, rollout: int(done.turns)}, expected=expected,
-                   demo_source=state.demo_source or done.demo_source)
+                   demo_source=state.demo_source or done.demo_source,
+                   served=bool(state.served) or done.source.startswith(SERVED_SOURCE))
 
 
 def wants_action(state: GroupState, rollout: str) -> bool:
@@ -259,10 +272,11 @@ def maybe_close(state: GroupState, policy: WindowPolicy, now: float,
     if state.closed:
         return state, None
     if state.expected > 0 and len(state.rewards) >= state.expected:
-        if policy.review_hold_s > 0 and not reviewed(state):
+        hold = review_hold(policy, state.served, state.expected, state.demo_source)
+        if hold > 0 and not reviewed(state):
             if state.complete_at is None:
                 return replace(state, complete_at=now), None
-            if not hold_over(state.complete_at, policy, now):
+            if not hold_over(state.complete_at, policy, now, hold):
                 return state, None
         return _close(state, R.GroupStatus.COMPLETE, policy, now, control)
     if now - state.first_seen >= policy.timeout_s:
@@ -270,9 +284,20 @@ def maybe_close(state: GroupState, policy: WindowPolicy, now: float,
     return state, None
 
 
-def hold_over(complete_at: float | None, policy: WindowPolicy, now: float) -> bool:
-    """Whether the review hold of a group complete since ``complete_at`` has ended (False when none started)."""
-    return complete_at is not None and policy.review_hold_s > 0 and now - complete_at >= policy.review_hold_s
+def review_hold(policy: WindowPolicy, served: bool | None, expected: int, demo_source: str | None) -> float:
+    """Seconds a complete group is held for review (see the module docstring): ``served_review_hold_s`` for a group
+    served to a client (``served``), or for a group of one whose provenance is not known yet (``served`` None), but
+    never for a demonstration (``label --as-demo`` of a served answer keeps its Task's source: an operator already
+    judged it); ``review_hold_s`` for every group; the longer applies."""
+    opened = demo_source is None and (bool(served) or (served is None and expected == 1))
+    return max(policy.review_hold_s, policy.served_review_hold_s if opened else 0.0)
+
+
+def hold_over(complete_at: float | None, policy: WindowPolicy, now: float, hold_s: float | None = None) -> bool:
+    """Whether the review hold (``hold_s``, default ``policy.review_hold_s``: :func:`review_hold` gives a group's)
+    of a group complete since ``complete_at`` has ended (False when none started)."""
+    hold = policy.review_hold_s if hold_s is None else hold_s
+    return complete_at is not None and hold > 0 and now - complete_at >= hold
 
 
 def reviewed(state: GroupState) -> bool:

@@ -22,7 +22,15 @@ from streamgrpo.serve.agent import feedback_effect, served_request
 from streamgrpo.serve.server import INSTRUCTIONS
 from streamgrpo.streams.advantages import build_estimator
 from streamgrpo.streams.config import StreamsSettings
-from streamgrpo.streams.window_core import GroupState, WindowPolicy, add_reward, maybe_close, new_state
+from streamgrpo.streams.window_core import (
+    SERVED_SOURCE,
+    GroupState,
+    WindowPolicy,
+    add_completed,
+    add_reward,
+    maybe_close,
+    new_state,
+)
 from streamgrpo.topics.sdk import human_reward
 
 
@@ -39,7 +47,8 @@ def _served() -> tuple[R.Task, R.RolloutCompleted]:
 def _policy(review_hold_s: float | None = None) -> WindowPolicy:
     s = StreamsSettings()
     return WindowPolicy(s.estimator, build_estimator(s.estimator), s.group_timeout_s, s.partial_policy,
-                        s.min_group_size, s.review_hold_s if review_hold_s is None else review_hold_s)
+                        s.min_group_size, s.review_hold_s if review_hold_s is None else review_hold_s,
+                        s.served_review_hold_s)
 
 
 def _judge_reward(task: R.Task, done: R.RolloutCompleted, score: float | None) -> R.Reward:
@@ -67,7 +76,7 @@ def _close(state: GroupState, policy: WindowPolicy, rewards: list[R.Reward]) -> 
         closed = closed or just
         now += 1.0
     for _ in range(3):
-        now += policy.review_hold_s + 1.0
+        now += max(policy.review_hold_s, policy.served_review_hold_s) + 1.0
         state, just = maybe_close(state, policy, now)
         closed = closed or just
     return closed
@@ -77,6 +86,7 @@ def test_a_served_call_is_a_group_of_one_that_the_fanout_does_not_run_again() ->
     request, task = served_request(RolloutConfig(), "What is 2 plus 3?", "alice", 3)
     assert (task.group_size, request.group_size, request.adapter_version) == (1, 1, 3)
     assert task.metadata["served_by"] == "mcp" and task.source == "mcp:alice" and not task.ground_truths
+    assert task.source.startswith(SERVED_SOURCE)  # what the window holds open for review (served_review_hold_s)
 
 
 @pytest.mark.parametrize("judge_score", [None, 1.0, 0.0])
@@ -88,7 +98,9 @@ def test_feedback_on_a_served_call_never_trains(judge_score: float | None, hold:
     judged = _judge_reward(task, done, judge_score)
     person = human_reward(done, 1.0, "mcp:alice")
     policy = _policy(hold)
-    state = new_state(done.envelope.group_id or "", done.envelope.task_id, done.group_size, 99.0, 0)
+    state = add_completed(new_state(done.envelope.group_id or "", done.envelope.task_id, done.group_size, 99.0, 0),
+                          done)
+    assert state.served
     closed = _close(state, policy, [person, judged] if human_first else [judged, person])
     assert closed is not None and closed.expected == 1
     assert not closed.trains and closed.samples == 0, dataclasses.asdict(closed)
