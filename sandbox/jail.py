@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import shutil
 import stat
@@ -65,6 +66,8 @@ from streamgrpo.sandbox.config import SandboxSettings
 from streamgrpo.sandbox.errors import SandboxUnavailableError
 from streamgrpo.sandbox.sandbox_cgroup import CgroupPlan
 from streamgrpo.sandbox.seccomp import SeccompUnsupportedError, build_program
+
+log = logging.getLogger(__name__)
 
 WORKDIR = "/tmp"
 BOOTSTRAP_PATH = "/sandbox/bootstrap.py"
@@ -95,6 +98,10 @@ class JailPlan:
     python_dirs: tuple[str, ...]  # read-only binds besides /usr (at the same paths)
     seccomp: bytes
     cgroup: CgroupPlan | None = None  # a cgroup v2 per call (set by prepare_jail once verified)
+    #: bwrap's ``--disable-userns`` (it writes /proc/sys/user/max_user_namespaces in the jail's user namespace):
+    #: False where /proc/sys is read-only (:func:`proc_sys_read_only`, every unprivileged container), where the
+    #: seccomp filter alone refuses new namespaces (``seccomp`` point 5; the probe checks it)
+    disable_userns: bool = True
 
 
 def _host_dirs() -> list[tuple[str, str | None]]:
@@ -183,6 +190,20 @@ def bwrap_version(bwrap: str) -> tuple[int, ...]:
     return tuple(int(d) for d in digits if d.isdigit())
 
 
+def proc_sys_read_only(mountinfo: str = "/proc/self/mountinfo") -> bool:
+    """Whether ``/proc/sys`` is mounted read-only here (Kubernetes, podman and docker mount it so in every
+    unprivileged container): bwrap's ``--disable-userns`` then fails with EROFS."""
+    try:
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and fields[4] in ("/proc/sys", "/proc/sys/user") and "ro" in fields[5].split(","):
+            return True
+    return False
+
+
 def plan_jail(settings: SandboxSettings) -> JailPlan:
     """Resolve the jail for ``settings``; raises SandboxUnavailableError naming what is missing."""
     bwrap = shutil.which(settings.bwrap)
@@ -203,8 +224,13 @@ def plan_jail(settings: SandboxSettings) -> JailPlan:
         program = build_program(allow_fork=settings.allow_fork)
     except SeccompUnsupportedError as exc:
         raise SandboxUnavailableError(f"the sandbox's seccomp filter cannot be applied: {exc}") from exc
+    disable_userns = not proc_sys_read_only()
+    if not disable_userns:
+        log.warning("sandbox: /proc/sys is read-only here (a container), so bwrap's --disable-userns cannot be "
+                    "applied; new namespaces inside the jail are refused by its seccomp filter alone (clone with a "
+                    "namespace flag, unshare, setns and clone3 are denied; the probe checks it before any call)")
     return JailPlan(bwrap=bwrap, uid=uid, gid=gid, switch_user=switch, python=python, python_dirs=dirs,
-                    seccomp=program)
+                    seccomp=program, disable_userns=disable_userns)
 
 
 @dataclass(frozen=True)
@@ -241,7 +267,8 @@ GLIBC_TUNABLES = "glibc.malloc.arena_max=1:glibc.pthread.stack_cache_size=0"
 def bwrap_argv(plan: JailPlan, settings: SandboxSettings, fds: JailFds, child_config: str) -> list[str]:
     """The whole command line of one sandboxed run (see the module docstring for what it sets up)."""
     argv = [plan.bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--hostname", "sandbox",
+            "--unshare-cgroup", *(["--disable-userns"] if plan.disable_userns else []), "--die-with-parent",
+            "--new-session", "--hostname", "sandbox",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
             "--setenv", "LC_ALL", "C.UTF-8", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
             "--setenv", "GLIBC_TUNABLES", GLIBC_TUNABLES]
@@ -306,6 +333,7 @@ def check_probe(report: dict[str, object], status: Sequence[dict[str, object]], 
 def check_userns_probe(report: dict[str, object]) -> list[str]:
     """The userns probe (``_sandbox_child.probe_userns``) must have failed to create a user namespace."""
     if report.get("userns_errno") in (None, 0):
-        return ["a new user namespace can be created inside the jail (bwrap's --disable-userns did not take effect): "
+        return ["a new user namespace can be created inside the jail (neither bwrap's --disable-userns nor the seccomp "
+                "filter's clone rule took effect): "
                 f"userns_errno is {report.get('userns_errno')!r}"]
     return []

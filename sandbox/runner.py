@@ -257,12 +257,14 @@ def verify_jail(plan: JailPlan, limits: SandboxSettings) -> dict[str, Any]:
 
     Two runs: the jail as every call gets it (every isolation, the seccomp argument filters, the tmpfs,
     the rlimits), and the same jail under a filter that leaves ``clone`` open, where creating a user
-    namespace must still fail (bwrap's --disable-userns; the call's own filter denies every route, so
-    only this run can tell). Each gets at least :data:`PROBE_WALL_S` (a busy host must not fail it)."""
+    namespace must still fail. Where bwrap's --disable-userns applies, that filter also leaves clone's
+    namespace flags open, so the run tests --disable-userns itself; where it cannot apply (a read-only
+    /proc/sys, ``plan.disable_userns`` False) the filter keeps its clone rule, so the run tests that rule,
+    the one layer left. Each gets at least :data:`PROBE_WALL_S` (a busy host must not fail it)."""
     probe_limits = limits.model_copy(update={"wall_seconds": max(limits.wall_seconds, PROBE_WALL_S)})
     report, status = _probe_report(plan, probe_limits, True)
     problems = check_probe(report, status, plan, limits)
-    forking = dataclasses.replace(plan, seccomp=build_program(allow_fork=True))
+    forking = dataclasses.replace(plan, seccomp=build_program(allow_fork=True, clone_namespaces=not plan.disable_userns))
     userns, _ = _probe_report(forking, probe_limits, "userns")
     problems += check_userns_probe(userns)
     if problems:

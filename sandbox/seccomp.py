@@ -18,14 +18,17 @@ What it does, in order:
    (``shmget``, ``msgget``, ``semget``) and POSIX message queues (``mq_open``);
 4. ``clone3`` fails with ENOSYS, so the C library falls back to ``clone``, whose flags a filter can
    read (clone3 passes them in memory);
-5. unless ``allow_fork``: ``clone`` without ``CLONE_THREAD`` (``fork``, ``vfork``, ``posix_spawn``)
+5. ``clone`` with a namespace flag (:data:`CLONE_NAMESPACES`) fails with EPERM, so no user or other namespace is
+   created from inside, also where bwrap's ``--disable-userns`` cannot be applied (a container's read-only
+   ``/proc/sys``; with ``unshare``, ``setns`` and ``clone3`` denied above, ``clone`` is the only way left);
+6. unless ``allow_fork``: ``clone`` without ``CLONE_THREAD`` (``fork``, ``vfork``, ``posix_spawn``)
    and the ``fork``/``vfork`` syscalls fail with EPERM. Threads are allowed. The program is then one
    process, so RLIMIT_AS and RLIMIT_CPU bound the whole call (with ``allow_fork`` they hold per
    process: a forked child gets a fresh allowance);
-6. ``socket``/``socketpair`` only for ``AF_UNIX`` and ``AF_NETLINK``/``NETLINK_ROUTE`` (interface
+7. ``socket``/``socketpair`` only for ``AF_UNIX`` and ``AF_NETLINK``/``NETLINK_ROUTE`` (interface
    listing); every other family (``AF_VSOCK``, which reaches the host, ``AF_INET``/``AF_INET6``,
    whose loopback buffers are kernel memory, ``AF_PACKET``, ``AF_ALG``, ...) fails with EAFNOSUPPORT;
-7. everything else is allowed.
+8. everything else is allowed.
 
 What is NOT covered: it is a deny list, not an allow list (a new kernel interface is allowed until
 it is added here); it does not inspect ``ioctl`` requests. It is defence in depth under the
@@ -43,6 +46,9 @@ _NR, _ARCH = 0, 4
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _ARG0, _ARG2 = 16, 32  # low 32 bits of args[0] / args[2] (little-endian: both arches here)
 CLONE_THREAD = 0x00010000
+#: ``clone`` flags that create a namespace (CLONE_NEWNS, _NEWCGROUP, _NEWUTS, _NEWIPC, _NEWUSER, _NEWPID, _NEWNET;
+#: CLONE_NEWTIME shares the exit-signal byte of ``clone`` and exists only for ``clone3``/``unshare``, both denied).
+CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 AF_UNIX, AF_NETLINK, NETLINK_ROUTE = 1, 16, 0
 _RET_KILL_PROCESS, _RET_ALLOW, _RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
 _X32_BIT = 0x40000000
@@ -117,6 +123,12 @@ def _clone_block(numbers: dict[str, int], eperm: int) -> list[bytes]:
             _insn(_JSET_K, 0, 1, CLONE_THREAD), _insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, eperm)]
 
 
+def _clone_namespace_block(numbers: dict[str, int], eperm: int) -> list[bytes]:
+    """``clone`` with any namespace flag -> EPERM; otherwise on to the next block with the syscall number reloaded."""
+    return [_insn(_JEQ_K, 0, 4, numbers["clone"]), _insn(_LD_W_ABS, 0, 0, _ARG0),
+            _insn(_JSET_K, 0, 1, CLONE_NAMESPACES), _insn(_RET_K, 0, 0, eperm), _insn(_LD_W_ABS, 0, 0, _NR)]
+
+
 def _socket_block(numbers: dict[str, int]) -> list[bytes]:
     """``socket``/``socketpair``: AF_UNIX, or AF_NETLINK with NETLINK_ROUTE; else EAFNOSUPPORT."""
     refuse = _RET_ERRNO | errno.EAFNOSUPPORT
@@ -126,8 +138,9 @@ def _socket_block(numbers: dict[str, int]) -> list[bytes]:
             _insn(_RET_K, 0, 0, refuse)]
 
 
-def build_program(machine: str | None = None, *, allow_fork: bool = False) -> bytes:
-    """The BPF program (an array of ``struct sock_filter``) for ``machine`` (default: this one)."""
+def build_program(machine: str | None = None, *, allow_fork: bool = False, clone_namespaces: bool = True) -> bytes:
+    """The BPF program (an array of ``struct sock_filter``) for ``machine`` (default: this one).
+    ``clone_namespaces=False`` leaves out point 5: only the jail's probe of bwrap's ``--disable-userns`` uses it."""
     machine = machine or platform.machine()
     if machine not in ARCHES:
         raise SeccompUnsupportedError(
@@ -144,6 +157,8 @@ def build_program(machine: str | None = None, *, allow_fork: bool = False) -> by
     prog += [_insn(_JEQ_K, 0, 1, numbers["clone3"]), _insn(_RET_K, 0, 0, enosys)]
     for nr in deny:
         prog += [_insn(_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, eperm)]
+    if clone_namespaces:  # no namespace from inside, even where --disable-userns cannot be applied
+        prog += _clone_namespace_block(numbers, eperm)
     if not allow_fork:
         prog += _clone_block(numbers, eperm)
     prog += _socket_block(numbers)  # both blocks end in a return: the accumulator no longer holds the number

@@ -9,7 +9,9 @@ what no schema says. Every check returns a list of :class:`Finding` (empty = pas
   memory requests, a memory limit, requests <= limits, equal requests/limits for ``nvidia.com/gpu``;
   long-running workloads have liveness and readiness probes whose named ports exist; security
   context: non-root, no privilege escalation, capabilities drop ALL, not privileged, read-only
-  root filesystem unless the workload carries a ``streamgrpo.io/writable-root-reason``;
+  root filesystem unless the workload carries a ``streamgrpo.io/writable-root-reason``; a workload that carries a
+  ``streamgrpo.io/privileged-reason`` (the node installer of the sandbox profiles, k8s/node) may run privileged as
+  root, and only in a Namespace of the build whose Pod Security level is ``privileged``;
 - references: every ConfigMap (and key), Secret, PersistentVolumeClaim and volume mount a pod
   uses exists in the build (a Secret named like a KafkaUser of the build, key ``password``, is
   created by the Strimzi User Operator); Secrets outside the build must be declared in the workload's
@@ -41,6 +43,8 @@ WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Cro
 BATCH = {"Job", "CronJob"}
 EXTERNAL_SECRETS = "streamgrpo.io/external-secrets"
 WRITABLE_ROOT = "streamgrpo.io/writable-root-reason"
+PRIVILEGED = "streamgrpo.io/privileged-reason"
+PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
 SCALED_BY = "streamgrpo.io/scaled-by-topics"
 _SUFFIX = {"m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -130,9 +134,12 @@ def _resource_problems(c: Obj) -> list[str]:
     return out
 
 
-def _security_problems(pod: Obj, c: Obj, writable_ok: bool) -> list[str]:
+def _security_problems(pod: Obj, c: Obj, writable_ok: bool, privileged_ok: bool = False) -> list[str]:
     psc, sc = pod.get("securityContext") or {}, c.get("securityContext") or {}
     out = []
+    if privileged_ok:  # root and privileged by design (its reason is in the annotation); the root fs stays read-only
+        return [] if sc.get("readOnlyRootFilesystem") is True or writable_ok else [
+            f"readOnlyRootFilesystem is not true (set it, or give the reason in {WRITABLE_ROOT})"]
     if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
         out.append("runAsNonRoot is not true")
     if sc.get("runAsUser", psc.get("runAsUser")) == 0:
@@ -177,11 +184,19 @@ def check_workloads(objs: list[Obj]) -> list[Finding]:
         if not pod.get("containers"):
             out.append(Finding(ref(o), "pod template has no containers"))
         mounts_ok = {v.get("name") for v in pod.get("volumes") or []}
+        privileged_ok = bool(annotations.get(PRIVILEGED))
+        if privileged_ok:
+            ns = next((n for n in objs if n.get("kind") == "Namespace"
+                       and n["metadata"].get("name") == o["metadata"].get("namespace")), None)
+            level = ((ns or {}).get("metadata", {}).get("labels") or {}).get(PSS_ENFORCE)
+            if level != "privileged":
+                out.append(Finding(ref(o), f"{PRIVILEGED} needs a Namespace of the build with {PSS_ENFORCE}: privileged "
+                                           f"(its namespace enforces {level!r}); keep privileged pods out of streamgrpo's"))
         for c in containers(pod):
             where = f"container {c.get('name')!r}: "
             problems = [p for p in [_image_problem(str(c.get("image", "")))] if p]
             problems += _resource_problems(c)
-            problems += _security_problems(pod, c, bool(annotations.get(WRITABLE_ROOT)))
+            problems += _security_problems(pod, c, bool(annotations.get(WRITABLE_ROOT)), privileged_ok)
             if o["kind"] not in BATCH and c in (pod.get("containers") or []):
                 problems += _probe_problems(c)
             problems += [f"volumeMount {m.get('name')!r} has no volume" for m in c.get("volumeMounts") or []

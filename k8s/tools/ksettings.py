@@ -8,7 +8,14 @@
   Service of a Kafka of the build) on a port they expose;
 - rollout workers that use vLLM find a vLLM Deployment with replicas, serving their model, mounting
   their adapter store, whose ``--max-lora-rank`` admits the trainer's ``lora_rank``; the trainer,
-  the workers and vLLM share one base model and adapter-store PVC;
+  the workers and vLLM share one adapter-store PVC;
+- one base model: every workload that loads (or asks vLLM for) a model -- rollout, evaluator and ``serve`` ([rollout]
+  model, or vllm_model when their policy is vllm; ``serve --model``), the trainer ([trainer] base_model) and vLLM
+  (``--served-model-name`` / ``--model``, with Kubernetes' ``$(VAR)`` expansion) -- loads the value of the ConfigMap
+  ``streamgrpo-model`` (key ``base_model``), or, in a build without it, the trainer's; a vLLM with replicas does not
+  serve the bundled CPU alias, which only streamgrpo resolves;
+- the python tool's jail (``ksandbox.py``): every container that builds it carries the sandbox's seccomp and
+  AppArmor profiles;
 - metrics: each service container declares a port named ``metrics`` equal to its section's
   ``metrics_port``, and its pod's ``prometheus.io/port`` annotation (when present) says the same;
 - KEDA: a ScaledObject's Kafka trigger watches the consumer group the target's settings use
@@ -31,11 +38,13 @@ from __future__ import annotations
 
 import copy
 import importlib
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import ksandbox
 import tomllib
 from kchecks import SCALED_BY, WORKLOADS, Finding, Obj, index, pod_template, ref
 
@@ -150,9 +159,18 @@ def _arg(args: list[str], flag: str) -> str | None:
     return None
 
 
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of ``$(VAR)`` in a container's command and args (``$$`` escapes; unknown stays)."""
+    return _VAR_REF.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
+
+
 def _vllm_args(w: Obj) -> list[str] | None:
     for c in (pod_template(w).get("spec") or {}).get("containers") or []:
-        args = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        env = _env(c)
+        args = [expand(str(a), env) for a in (c.get("command") or []) + (c.get("args") or [])]
         if "--enable-lora" in args:
             return args
     return None
@@ -273,8 +291,59 @@ def check_streamgrpo(objs: list[Obj]) -> tuple[list[Finding], list[str]]:
         if str(Path(cfg).parent) not in mounts:
             out.append(Finding(ref(w), f"STREAMGRPO_CONFIG={cfg!r} is not on a mounted volume"))
     found, notes, loaded = _load_models(text, pairs)
-    return (out + found + _check_wiring(objs, toml, pairs, loaded) + _check_metrics(pairs, loaded)
+    return (out + found + _check_wiring(objs, toml, pairs, loaded) + _check_base_model(objs, pairs, loaded)
+            + ksandbox.check_pods(pairs, loaded) + _check_metrics(pairs, loaded)
             + _check_keda(objs, pairs, loaded) + _check_pacing(objs, pairs, loaded)), notes
+
+
+MODEL_CONFIGMAP, MODEL_KEY = "streamgrpo-model", "base_model"
+#: The bundled CPU alias (models/base.py: DEFAULT_BASE_MODEL): converted from the image's GGUF by streamgrpo, unknown to vLLM.
+BUNDLED_ALIAS = "smollm2-135m-instruct"
+
+
+def _loads(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded) -> list[tuple[Obj, str, str]]:
+    """(workload, what, base model) for every workload that loads a model or asks vLLM for one."""
+    out: list[tuple[Obj, str, str]] = []
+    for w, c in pairs:
+        command = str((c.get("args") or [""])[0])
+        if command in ksandbox.TOOL_COMMANDS and (id(c), "rollout") in loaded:
+            cfg = loaded[(id(c), "rollout")]
+            args = [str(a) for a in c.get("args") or []]
+            if command == "serve":  # serve forces the local policy; --model overrides [rollout] model
+                out.append((w, "serve [rollout] model", _arg(args, "--model") or cfg.model))
+            elif cfg.policy == "vllm":
+                out.append((w, f"{command} [rollout] vllm_model/model (asked of vLLM)", cfg.vllm_model or cfg.model))
+            else:
+                out.append((w, f"{command} [rollout] model", cfg.model))
+        elif command == "trainer" and (id(c), "trainer") in loaded:
+            out.append((w, "trainer [trainer] base_model", loaded[(id(c), "trainer")].base_model))
+    for d in objs:
+        if d.get("kind") in WORKLOADS and _vllm_args(d) is not None:
+            out.append((d, "vLLM --served-model-name/--model", str(_vllm_model(d))))
+    return out
+
+
+def _check_base_model(objs: list[Obj], pairs: list[tuple[Obj, Obj]], loaded: Loaded) -> list[Finding]:
+    """Every model-loading workload loads the build's one base model (see the module docstring)."""
+    cms = [o for o in objs if o.get("kind") == "ConfigMap" and MODEL_KEY in (o.get("data") or {})
+           and re.fullmatch(re.escape(MODEL_CONFIGMAP) + r"(-[a-z0-9]+)?", o["metadata"]["name"])]
+    loads = _loads(objs, pairs, loaded)
+    if cms:
+        want, source = str(cms[0]["data"][MODEL_KEY]), f"ConfigMap {MODEL_CONFIGMAP} (key {MODEL_KEY})"
+    else:
+        trainer = [m for w, what, m in loads if what.startswith("trainer")]
+        if not trainer:
+            return []
+        want, source = trainer[0], "the trainer's [trainer] base_model"
+    out = [Finding(ref(w), f"{what} is {model!r}, not the one base model {want!r} of {source}: every workload that "
+                           f"loads a model reads it from {MODEL_CONFIGMAP}; set it there, not per workload")
+           for w, what, model in loads if model != want]
+    for d in objs:
+        if (d.get("kind") in WORKLOADS and _vllm_args(d) is not None and int((d.get("spec") or {}).get("replicas", 1))
+                and str(_arg(_vllm_args(d) or [], "--model")).lower() == BUNDLED_ALIAS):
+            out.append(Finding(ref(d), f"vLLM runs with --model {BUNDLED_ALIAS}, the bundled CPU alias that only "
+                                       f"streamgrpo resolves: set {MODEL_CONFIGMAP} to a hub id (or a path) vLLM loads"))
+    return out
 
 
 def _section(c: Obj) -> str | None:

@@ -12,12 +12,16 @@ dev-cpu overlay started with that overlay's settings.
    (SASL_PLAINTEXT, with the principal's password from a Secret the kafka-acl component expects) are
    replaced by the test broker's, which has no SASL; the ACL wiring itself is checked offline by
    ``tests/unit/test_k8s_manifests.py``.
-3. The topics-ensure Job's command runs to completion; then streams, judge, rollout and trainer are
-   started from the new virtualenv's ``streamgrpo`` entry point. Each must be running with its main
-   loop beating the heartbeat file, pass the image's readiness and liveness probes, and (rollout,
-   trainer) have converted the bundled SmolLM2 into the model cache: the model is loaded.
+3. The topics-ensure Job's command runs to completion; then every Deployment of the overlay that runs the
+   image -- streams, judge, rollout, trainer, evaluator and mcp (``streamgrpo serve``) -- is started from the new
+   virtualenv's ``streamgrpo`` entry point with its own args and environment (values the pod takes from a ConfigMap,
+   such as the one base model, resolved as the kubelet does). Each worker must be running with its main loop
+   beating the heartbeat file, pass the image's readiness and liveness probes, and (rollout, trainer, evaluator) have
+   converted the bundled SmolLM2 into the model cache: the model is loaded. ``serve`` has no heartbeat: its probes
+   are TCP on the MCP port, which opens only after the model and the tools are built, and it must answer HTTP there.
 
-Not run here: ``docker build`` itself (no container runtime), pulling base images, a cluster.
+Not run here: ``docker build`` itself (tests/e2e/test_image_container.py builds and runs the image with podman),
+pulling base images, a cluster.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -62,10 +67,16 @@ def build_context(dest: Path) -> list[str]:
 
 
 def overlay() -> list[dict]:
+    """The dev-cpu build, with every env value a pod takes from a ConfigMap of the build written in."""
     kubectl = Path(sys.executable).parent / "kubectl"
     out = subprocess.run([str(kubectl), "kustomize", str(ROOT / "k8s" / "overlays" / "dev-cpu")],
                          capture_output=True, text=True, check=True).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    sys.path.insert(0, str(ROOT / "k8s" / "tools"))
+    try:
+        import ksettings
+    finally:
+        sys.path.remove(str(ROOT / "k8s" / "tools"))
+    return ksettings.resolve_config_refs([d for d in yaml.safe_load_all(out) if d])
 
 
 POD_PATHS = {"/etc/streamgrpo": "etc", "/var/cache/streamgrpo": "cache", "/var/lib/streamgrpo": "lib",
@@ -117,8 +128,44 @@ def test_image_recipe_starts_every_service(tmp_path: Path, kafka: KafkaSettings)
     start_services(venv, tmp_path, kafka)
 
 
+#: The overlay's Deployments that run the image; mcp is `streamgrpo serve` (no heartbeat: TCP probes).
+SERVICES = ("streams", "judge", "rollout", "trainer", "evaluator", "mcp")
+LOADS_MODEL = ("rollout", "trainer", "evaluator")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve_args(args: list[str], port: int) -> list[str]:
+    """The mcp container's args, listening on 127.0.0.1:``port`` instead of the pod's 0.0.0.0:8765."""
+    out = list(args)
+    for flag, value in (("--host", "127.0.0.1"), ("--port", str(port))):
+        out[out.index(flag) + 1] = value
+    return out
+
+
+def _wait_http(proc: subprocess.Popen, port: int, timeout_s: float) -> str:
+    """'' once the port accepts TCP (the pod's probes) and answers HTTP on /mcp."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return f"exited with {proc.returncode}"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.sendall(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+                if s.recv(64).startswith(b"HTTP/1.1 "):
+                    return ""
+        except OSError:
+            pass
+        time.sleep(1.0)
+    return f"port {port} not answering HTTP within {timeout_s:.0f}s"
+
+
 def start_services(venv: Path, tmp_path: Path, kafka: KafkaSettings) -> None:
-    """Run the overlay's topics Job, start its four services from ``venv``; assert each loads."""
+    """Run the overlay's topics Job, start its six services from ``venv``; assert each loads."""
     base = tmp_path / "pod"
     objs = overlay()
     cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "streamgrpo-config")
@@ -134,18 +181,24 @@ def start_services(venv: Path, tmp_path: Path, kafka: KafkaSettings) -> None:
     procs: dict[str, tuple[subprocess.Popen, dict[str, str], dict]] = {}
     logs = []
     try:
-        for name in ("streams", "judge", "rollout", "trainer"):
+        mcp_port = _free_port()
+        for name in SERVICES:
             c = workloads[name]["spec"]["template"]["spec"]["containers"][0]
             env = container_env(c, base, kafka, prefix)
             cwd = Path(_map(c.get("workingDir", "/tmp"), base))
+            args = _serve_args(c["args"], mcp_port) if name == "mcp" else c["args"]
             log = open(tmp_path / f"{name}.log", "w")
             logs.append(log)
-            procs[name] = (subprocess.Popen([str(venv / "bin" / "streamgrpo"), *c["args"]], env=env, cwd=cwd,
+            procs[name] = (subprocess.Popen([str(venv / "bin" / "streamgrpo"), *args], env=env, cwd=cwd,
                                             stdout=log, stderr=subprocess.STDOUT), env, c)
         models = base / "cache" / "models"
         for name, (proc, env, c) in procs.items():
+            if name == "mcp":
+                problem = _wait_http(proc, mcp_port, timeout_s=600)
+                assert problem == "", f"{name}: {problem}\n" + (tmp_path / f"{name}.log").read_text()[-3000:]
+                continue
             problem = _wait_loaded(proc, Path(env["STREAMGRPO_HEARTBEAT_FILE"]),
-                                   models if name in ("rollout", "trainer") else None, timeout_s=600)
+                                   models if name in LOADS_MODEL else None, timeout_s=600)
             assert problem == "", f"{name}: {problem}\n" + (tmp_path / f"{name}.log").read_text()[-3000:]
             for probe in (c["readinessProbe"]["exec"]["command"], c["livenessProbe"]["exec"]["command"]):
                 argv = [str(venv / "bin" / probe[0]), *probe[1:]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import socket
 import sys
 import time
@@ -21,6 +22,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 TARGETS = ["base", "overlays/dev-cpu", "overlays/gpu"]
+#: Every workload that loads a model (or asks vLLM for one), and what it runs.
+MODEL_LOADERS = ("rollout", "evaluator", "mcp", "trainer", "vllm")
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -284,6 +287,116 @@ def test_k8s_both_overlays_run_the_evaluator_with_its_metrics_endpoint(target: s
     assert mounts["adapters"].get("readOnly") is True  # it verifies and loads adapters, never writes them
 
 
+def test_k8s_node_installer_builds_and_validates() -> None:
+    objs = build(K8S / "node")
+    findings, notes = validate.validate_objects(objs)
+    assert [str(f) for f in findings] == [] and notes == []
+    assert {o["kind"] for o in objs} == {"Namespace", "ConfigMap", "DaemonSet"}
+    ds = _find(objs, "DaemonSet", "sandbox-profiles")
+    assert ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] is True
+    broken = copy.deepcopy(objs)  # a privileged pod is allowed only in a namespace that enforces "privileged"
+    _find(broken, "Namespace", "streamgrpo-node")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "baseline"
+    assert "streamgrpo.io/privileged-reason needs a Namespace of the build with" in _messages(broken)
+    broken = copy.deepcopy(objs)  # without the reason, the usual policy applies
+    _find(broken, "DaemonSet", "sandbox-profiles")["metadata"]["annotations"].clear()
+    assert "container 'install': runAsNonRoot is not true" in _messages(broken)
+    broken = copy.deepcopy(objs)  # the installer must ship the checked-in profile
+    next(o for o in broken if o["kind"] == "ConfigMap")["data"]["streamgrpo-sandbox.seccomp.json"] = "{}"
+    assert "does not carry k8s/node/streamgrpo-sandbox.seccomp.json as checked in" in _messages(broken)
+    broken = copy.deepcopy(objs)  # ... where the kubelet resolves the pods' Localhost name
+    env = _find(broken, "DaemonSet", "sandbox-profiles")["spec"]["template"]["spec"]["containers"][0]["env"]
+    next(e for e in env if e["name"] == "SECCOMP_DIR")["value"] = "/host/seccomp"
+    assert "writes the seccomp profile to '/var/lib/kubelet/seccomp' on the node" in _messages(broken)
+
+
+def _model_of(objs: list[dict], name: str) -> str:
+    """The base model a workload of a validated build loads, read as the validator does."""
+    ksettings = validate.ksettings
+    resolved = ksettings.resolve_config_refs(objs)
+    cms = [o for o in resolved if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "streamgrpo-config"]
+    pairs = ksettings._streamgrpo_containers(resolved)
+    _, _, loaded = ksettings._load_models(cms[0]["data"]["streamgrpo.toml"], pairs)
+    return next(m for w, _, m in ksettings._loads(resolved, pairs, loaded) if w["metadata"]["name"] == name)
+
+
+@pytest.mark.parametrize("target, model", [("overlays/dev-cpu", "smollm2-135m-instruct"),
+                                           ("overlays/gpu", "Qwen/Qwen2.5-1.5B-Instruct")])
+def test_k8s_one_base_model_for_every_model_loading_workload(target: str, model: str) -> None:
+    """rollout, evaluator, mcp, trainer and vLLM load the one value of ConfigMap streamgrpo-model."""
+    objs = build(K8S / target)
+    assert {name: _model_of(objs, name) for name in MODEL_LOADERS} == dict.fromkeys(MODEL_LOADERS, model)
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("streamgrpo-model"))
+    assert cm["data"] == {"base_model": model}
+
+
+@pytest.mark.parametrize("target", ["overlays/dev-cpu", "overlays/gpu"])
+def test_k8s_base_model_changes_in_one_place(tmp_path: Path, target: str) -> None:
+    """Changing the overlay's one value changes every model-loading workload, and the build still validates."""
+    overlay = tmp_path / "changed"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(K8S / target, overlay)],  # kustomize refuses an absolute directory
+        "configMapGenerator": [{"name": "streamgrpo-model", "behavior": "merge",
+                                "literals": ["base_model=Qwen/Qwen2.5-7B-Instruct"]}]}))
+    objs = build(overlay)
+    assert {name: _model_of(objs, name) for name in MODEL_LOADERS} == dict.fromkeys(
+        MODEL_LOADERS, "Qwen/Qwen2.5-7B-Instruct")
+    assert _messages(objs) == ""
+
+
+def _set_env(objs: list[dict], deployment: str, name: str, value: str) -> None:
+    env = _container(objs, deployment)["env"]
+    env[:] = [e for e in env if e["name"] != name] + [{"name": name, "value": value}]
+
+
+MODEL_MISMATCHES = {
+    "rollout": lambda o: _set_env(o, "rollout", "STREAMGRPO_ROLLOUT__MODEL", "other/model"),
+    "evaluator": lambda o: _set_env(o, "evaluator", "STREAMGRPO_ROLLOUT__MODEL", "other/model"),
+    "mcp": lambda o: _container(o, "mcp")["args"].extend(["--model", "other/model"]),
+    "trainer": lambda o: _set_env(o, "trainer", "STREAMGRPO_TRAINER__BASE_MODEL", "other/model"),
+    "vllm": lambda o: _set_env(o, "vllm", "BASE_MODEL", "other/model"),
+}
+
+
+@pytest.mark.parametrize("target", ["overlays/dev-cpu", "overlays/gpu"])
+@pytest.mark.parametrize("workload", MODEL_LOADERS)
+def test_k8s_validator_catches_a_base_model_mismatch_anywhere(target: str, workload: str) -> None:
+    objs = build(K8S / target)
+    assert "not the one base model" not in _messages(objs)
+    MODEL_MISMATCHES[workload](objs)
+    found = _messages(objs)
+    assert f"Deployment/streamgrpo/{workload}: " in found and "is 'other/model', not the one base model" in found
+    assert found.count("not the one base model") == 1
+    if workload == "vllm" and target.endswith("gpu"):  # the workers' vLLM check says it too
+        assert "vLLM serves 'other/model' but the workers ask for 'Qwen/Qwen2.5-1.5B-Instruct'" in found
+
+
+def test_k8s_validator_refuses_vllm_serving_the_bundled_alias(dev_objs: list[dict]) -> None:
+    objs = copy.deepcopy(dev_objs)
+    _find(objs, "Deployment", "vllm")["spec"]["replicas"] = 1
+    assert "vLLM runs with --model smollm2-135m-instruct, the bundled CPU alias" in _messages(objs)
+    assert "bundled CPU alias" not in _messages(dev_objs)  # at 0 replicas it loads nothing
+
+
+@pytest.mark.parametrize("target", ["overlays/dev-cpu", "overlays/gpu"])
+def test_k8s_mcp_pod_mounts_the_model_cache_and_adapter_store(target: str) -> None:
+    objs = build(K8S / target)
+    pod = _find(objs, "Deployment", "mcp")["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols[mounts["/var/cache/streamgrpo"]["name"]]["persistentVolumeClaim"]["claimName"] == "model-cache"
+    store = mounts["/var/lib/streamgrpo/adapters"]
+    assert store["readOnly"] is True and vols[store["name"]]["persistentVolumeClaim"] == {
+        "claimName": "adapter-store", "readOnly": True}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HF_HOME"].startswith("/var/cache/streamgrpo/")  # hub models in the shared cache, not the read-only root
+    rollout = _find(objs, "Deployment", "rollout")["spec"]["template"]["spec"]
+    assert {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v} == {
+        v["persistentVolumeClaim"]["claimName"] for v in rollout["volumes"] if "persistentVolumeClaim" in v}
+
+
 # --- the validator can fail -------------------------------------------------------------------
 
 def _container(objs: list[dict], name: str) -> dict:
@@ -328,6 +441,15 @@ def _write_acl(name: str, pattern: str) -> dict:
      "policy vllm but Deployment/streamgrpo/vllm has 0 replicas"),
     (lambda o: _container(o, "trainer")["env"].append({"name": "STREAMGRPO_TRAINER__BASE_MODEL", "value": "other"}),
      "!= trainer base_model 'other'"),
+    # the python tool's jail: every pod that builds it carries the sandbox profiles (k8s/node)
+    (lambda o: _find(o, "Deployment", "evaluator")["spec"]["template"]["spec"]["securityContext"].update(
+        seccompProfile={"type": "RuntimeDefault"}), "container 'evaluator' (evaluator) builds the python tool's "
+     "bubblewrap jail but runs under seccomp RuntimeDefault"),
+    (lambda o: _find(o, "Deployment", "mcp")["spec"]["template"]["metadata"]["annotations"].pop(
+        "container.apparmor.security.beta.kubernetes.io/mcp"), "container 'mcp' (serve) builds the python tool's "
+     "bubblewrap jail but its AppArmor profile is unset"),
+    (lambda o: _find(o, "Deployment", "rollout")["spec"]["template"]["spec"]["securityContext"]["seccompProfile"]
+     .update(localhostProfile="profiles/other.json"), "runs under seccomp profiles/other.json"),
     # schemas of the custom resources (typos and wrong types)
     (lambda o: _find(o, "KafkaTopic", "rewards")["spec"].update(partitons=3), "('partitons' was unexpected)"),
     (lambda o: _find(o, "KafkaTopic", "rewards")["spec"].update(partitions="3"), "'3' is not of type 'integer'"),
@@ -404,14 +526,15 @@ def o_toml(objs: list[dict]) -> str:
     return _find(objs, "ConfigMap", "streamgrpo-config")["data"]["streamgrpo.toml"]
 
 
-def test_k8s_validate_cli_fails_on_latest_overlay(tmp_path: Path) -> None:
+def test_k8s_validate_cli_fails_on_latest_overlay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     overlay = tmp_path / "bad"
     overlay.mkdir()
-    base = (K8S / "base").resolve()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [str(base)],
+        "resources": [os.path.relpath(K8S / "base", overlay)],  # kustomize refuses an absolute directory
         "images": [{"name": "ghcr.io/streamgrpo/streamgrpo", "newTag": "latest"}]}))
     assert validate.main(["--skip-generated", str(overlay)]) == 1
+    out = capsys.readouterr().out
+    assert "BUILD FAILED" not in out and "uses the floating tag 'latest'" in out  # fails for the tag, not the build
 
 
 # --- the exec probe of the image --------------------------------------------------------------
@@ -440,8 +563,6 @@ def test_k8s_probe_live_heartbeat(tmp_path: Path) -> None:
     beat.write_text("")
     assert probe.main(["live", "--max-age", "60"], env) == 0
     old = time.time() - 600
-    import os
-
     os.utime(beat, (old, old))
     assert probe.main(["live", "--max-age", "60"], env) == 1
 

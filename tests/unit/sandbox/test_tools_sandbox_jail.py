@@ -4,6 +4,7 @@ to grant, never a silent skip) when an isolation cannot be applied."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from streamgrpo.rollout.tools.python_sandbox import PythonSandbox
 from streamgrpo.sandbox.config import SandboxSettings
 from streamgrpo.sandbox.errors import SandboxUnavailableError
-from streamgrpo.sandbox.jail import plan_jail, traversable
+from streamgrpo.sandbox.jail import plan_jail, proc_sys_read_only, traversable
 from streamgrpo.sandbox.runner import run_sandboxed, verify_jail
 from streamgrpo.sandbox.seccomp import ARCHES, DENIED, SeccompUnsupportedError, build_program
 
@@ -75,6 +76,49 @@ def test_without_user_namespaces_the_tool_refuses_to_build() -> None:
     assert proc.returncode != 0
     assert "SandboxUnavailableError: bubblewrap could not set up the sandbox" in proc.stderr
     assert "unprivileged user namespaces" in proc.stderr and "seccomp" in proc.stderr
+
+
+def test_with_proc_sys_read_only_as_in_a_container_the_jail_starts_and_refuses_new_namespaces_by_seccomp() -> None:
+    """Kubernetes, podman and docker mount /proc/sys read-only in every unprivileged container, where bwrap's
+    --disable-userns fails (EROFS writing /proc/sys/user/max_user_namespaces) and the tool could not start in any
+    pod. An outer mount namespace with /proc/sys bound read-only stands in for the container: the jail now starts
+    without that flag, its probe checks that clone(CLONE_NEWUSER) is refused by the seccomp filter (with fork
+    allowed, the one route it would leave), and a call runs."""
+    if os.geteuid() != 0:
+        _skip_loudly("the outer mount namespace is made as root here")
+    bwrap = shutil.which("bwrap")
+    assert bwrap is not None, "make setup installs bubblewrap"
+    code = ("import json, logging, sys\nlogging.basicConfig(stream=sys.stdout, level=logging.WARNING)\n"
+            "from streamgrpo.rollout.tools.python_sandbox import PythonSandbox\n"
+            "from streamgrpo.sandbox.config import SandboxSettings\n"
+            "tool = PythonSandbox(SandboxSettings(allow_fork=True))\n"
+            "r = tool.run({'code': 'import math\\nprint(math.factorial(10))'})\n"
+            "print(json.dumps({'disable_userns': tool.plan.disable_userns, 'output': r.output, 'error': r.error}))\n")
+    proc = subprocess.run(  # noqa: S603
+        [bwrap, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--ro-bind", "/proc/sys", "/proc/sys", "--",
+         sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"disable_userns": False, "output": "3628800\n", "error": None}, result
+    assert "bwrap's --disable-userns cannot be applied; new namespaces inside the jail are refused by its seccomp " \
+           "filter alone" in proc.stdout
+
+
+def test_proc_sys_read_only_reads_the_mount_table(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    host.write_text("22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n")
+    pod = tmp_path / "pod"
+    pod.write_text(host.read_text() + "633 631 0:71 /sys /proc/sys ro,nosuid,nodev,noexec,relatime - proc proc rw\n")
+    assert not proc_sys_read_only(str(host)) and proc_sys_read_only(str(pod))
+    assert not proc_sys_read_only(str(tmp_path / "missing"))
+
+
+def test_the_filter_refuses_namespace_flags_on_clone_unless_the_probe_of_disable_userns_asks() -> None:
+    with_rule, without = build_program(allow_fork=True), build_program(allow_fork=True, clone_namespaces=False)
+    assert len(with_rule) == len(without) + 5 * 8  # the five instructions of the clone rule
+    assert build_program() != build_program(clone_namespaces=False)
 
 
 def test_a_jail_that_fails_at_call_time_fails_closed() -> None:
