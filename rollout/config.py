@@ -132,9 +132,10 @@ class RolloutConfig(StrictModel):
         "auto", description="Grammar-constrained planner replies (models/grammar.py): every sampled reply is "
         "one JSON object calling a registered tool with a non-empty input, or answering. The behaviour logprobs "
         "are those of the masked, renormalised distribution, SamplingParams.constraint records the grammar and "
-        "the trainer replays it. 'auto': where the policy can mask logits (local) and the grammar builds (a "
-        "warning otherwise), free sampling elsewhere (vLLM); 'on': refuse to start without it; 'off': free "
-        "sampling, then repair.")
+        "the trainer replays it. The local policy masks the logits itself; vLLM gets the same grammar as "
+        "structured_outputs (inference/constraint.py) and every reply is checked against it. 'auto': where the "
+        "policy can apply it and the grammar builds (a warning otherwise), free sampling elsewhere (a vLLM policy "
+        "without a local tokenizer); 'on': refuse to start without it; 'off': free sampling, then repair.")
     temperature: float = Field(0.7, gt=0, le=5, description="Planner temperature of `ask` (requests carry their own).")
     top_p: float = Field(1.0, gt=0, le=1, description="Planner nucleus mass of `ask`.")
     max_new_tokens: int = Field(64, ge=8, le=4096, description="Planner tokens per action in `ask`.")

@@ -47,6 +47,7 @@ from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.errors import StreamGRPOError
 from streamgrpo.inference.base import Generation, PlannerPolicy
+from streamgrpo.inference.constraint import GrammarMask
 from streamgrpo.inference.stopping import JsonObjectEnd
 from streamgrpo.rollout import demonstration, seeding
 from streamgrpo.rollout.roles import planner
@@ -259,7 +260,7 @@ def _plan_turn(
             grammar = ctx.grammar_for(trajs[0].request)
             extra: dict[str, Any] = {}
             if grammar is not None:
-                extra["logits_mask"] = grammar.logits_mask(len(prompts), turn)
+                extra["logits_mask"] = GrammarMask(grammar, len(prompts), turn)  # local: masks; vLLM: sends it
             if ctx.sampling_seed is not None:  # one seed per row: a draw never depends on the call's other rows
                 extra["seeds"] = [ctx.seed_for(t.request, turn) for t in trajs]
             gens = ctx.policy.generate(prompts, sampling, adapter_name=name, adapter_version=version, stop=stop,

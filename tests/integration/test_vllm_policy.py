@@ -9,7 +9,10 @@ What is covered: logprob agreement with the trainer's float32 recomputation (bas
 1e-3, measured ~4e-5), hot swap through the adapter follower (publish v1 -> served; publish v2 -> v1
 unloaded unless pinned), a bad checksum never reaching the server, the reply cut exactly at the end of
 its JSON object from token ids (vLLM's text_offset is wrong with token-id output), the same cut through
-the agent loop, reloading after the server lost an adapter, and the server's real error answers.
+the agent loop, reloading after the server lost an adapter, the server's real error answers, and the planner
+grammar through ``structured_outputs`` (llguidance backend): a token the grammar forces comes back with logprob 0,
+constrained logprobs equal the trainer's masked fp32 recomputation (base and adapter, measured max ~5e-5) and not
+the unmasked one, and the agent loop records the grammar's descriptor, answers at the last turn and replays.
 What is not: bfloat16 servers (their mismatch is measured in bench/bench_vllm.py), GPUs.
 """
 
@@ -32,10 +35,12 @@ from fixtures.vllm.support import (
 )
 
 from streamgrpo.avro import records as R
+from streamgrpo.inference.constraint import GrammarMask
 from streamgrpo.inference.errors import AdapterLoadError, AdapterNotResidentError, PolicyError
 from streamgrpo.inference.stopping import JsonObjectEnd
 from streamgrpo.inference.vllm import VLLMPolicy
 from streamgrpo.inference.vllm_server import VLLMServerProcess, served_model_name, serving
+from streamgrpo.models.grammar import ActionGrammar, GrammarReplay, TokenGrammar, unpack
 from streamgrpo.rollout.adapters import AdapterFollower
 from streamgrpo.rollout.config import RolloutConfig
 
@@ -44,6 +49,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model, pytest.mark
 #: Max |vLLM logprob - trainer recomputation| for a float32 server (measured: ~4e-5).
 FP32_TOLERANCE = 1e-3
 TEMPERATURE = 0.7
+#: The planner tools of the test prompt (fixtures.vllm.support.PLANNER_MESSAGES).
+TOOLS = ("calculator", "knowledge_search", "python")
 
 
 @dataclass
@@ -204,3 +211,94 @@ def test_real_error_answers_become_clear_errors(server: Server, tmp_path: Path) 
     with pytest.raises(PolicyError, match="maximum context length"):
         policy.generate([[1] * (server.cfg.vllm_max_model_len + 10)], sampling(4), adapter_name=ADAPTER,
                         adapter_version=0)
+
+
+def planner_grammar(policy: VLLMPolicy, answer_turn: int = 2) -> TokenGrammar:
+    """The planner grammar of the test prompt, built as the rollout worker builds it for this policy."""
+    assert policy.vocab_size is not None
+    return TokenGrammar(ActionGrammar(TOOLS, '{"', tuple(sorted(policy.eos_ids)), answer_turn=answer_turn),
+                        policy.tokenizer, policy.vocab_size)
+
+
+def test_a_token_the_grammar_forces_comes_back_with_logprob_zero(server: Server) -> None:
+    """At the turn that must answer, '{"' can only go on with 'answer": "': its first tokens ('answer', '":') are
+    forced (one allowed token; ' "' may be written ' ' + '"', so it is not), and vLLM gives each forced token
+    logprob 0 -- its logprobs are those of the masked distribution it sampled from."""
+    policy = server.policy()
+    assert policy.applies_logits_mask and policy.eos_ids == {2} and policy.vocab_size == 49152
+    grammar = planner_grammar(policy)
+    prompt = prompt_ids(policy.tokenizer)
+    gens = policy.generate([prompt] * 4, sampling(24, seed=13), adapter_name=ADAPTER, adapter_version=0,
+                           logits_mask=GrammarMask(grammar, 4, turn=2))
+    forced: list[float] = []
+    unmasked: list[float] = []
+    for gen in gens:
+        assert gen.text.startswith('answer": "'), gen.text
+        allowed = unpack(grammar.replay(gen.token_ids, turn=2), grammar.vocab_size).sum(-1)  # raises if refused
+        at = (allowed == 1).nonzero().flatten().tolist()
+        assert at[:2] == [0, 1], (at, gen.token_ids[:3])
+        free = server.recompute.logprobs(prompt, gen.token_ids, TEMPERATURE)
+        forced += [gen.logprobs[i] for i in at]
+        unmasked += [free[i] for i in at]
+    assert len(forced) >= 2 * len(gens)
+    assert max(abs(v) for v in forced) < 1e-6, forced
+    assert min(unmasked) < -0.05  # without the mask the same tokens are far from certain
+
+
+def test_constrained_logprobs_match_the_trainers_masked_recomputation(server: Server) -> None:
+    """Base and adapter, a free turn and the answer turn: vLLM's behaviour logprobs equal the trainer's fp32
+    recomputation with the replayed grammar masks, and differ from the unmasked one."""
+    policy = server.policy()
+    grammar = planner_grammar(policy)
+    prompt = prompt_ids(policy.tokenizer)
+    server.adapters.publish(8, seed=8)
+    policy.load_adapter(ADAPTER, 8, server.adapters.written[8])
+    gaps, unmasked_gaps = [], []
+    for version, adapter_dir in ((0, None), (8, server.adapters.written[8])):
+        for turn in (1, 2):
+            gens = policy.generate([prompt] * 4, sampling(40, seed=17 + turn), adapter_name=ADAPTER,
+                                   adapter_version=version, logits_mask=GrammarMask(grammar, 4, turn=turn))
+            for gen in gens:
+                bits = grammar.replay(gen.token_ids, turn)
+                masked = server.recompute.logprobs(prompt, gen.token_ids, TEMPERATURE, adapter_dir, grammar_bits=bits)
+                free = server.recompute.logprobs(prompt, gen.token_ids, TEMPERATURE, adapter_dir)
+                gaps.append(max(abs(a - b) for a, b in zip(gen.logprobs, masked, strict=True)))
+                unmasked_gaps.append(max(abs(a - b) for a, b in zip(gen.logprobs, free, strict=True)))
+    policy.unload_adapter(ADAPTER, 8)
+    print(f"constrained: max |vLLM - masked recomputation| = {max(gaps):.2e}; max |vLLM - unmasked| = "
+          f"{max(unmasked_gaps):.2e} over {len(gaps)} replies")
+    assert max(gaps) < FP32_TOLERANCE
+    assert min(unmasked_gaps) > 20 * FP32_TOLERANCE  # every reply has a token the mask renormalised
+
+
+def test_the_agent_loop_applies_the_grammar_on_vllm_and_the_trainer_replays_it(server: Server) -> None:
+    """Through the worker's own context ('auto'): every action records the grammar descriptor, parses strictly,
+    the last allowed turn answers, and the trainer's replay (its own tokenizer) recomputes the logprobs."""
+    from transformers import AutoTokenizer
+
+    from streamgrpo.models.base import resolve_base_model
+    from streamgrpo.rollout.loop import run_group
+    from streamgrpo.rollout.runtime import build_context
+
+    policy = server.policy()
+    ctx = build_context(server.cfg.model_copy(update={"max_turns": 2}), policy)
+    assert ctx.constraint is not None and ctx.response_prefix == '{"'
+    requests = [R.RolloutRequest(envelope=R.Envelope.new("test", task_id="t", group_id="g2", rollout_id=f"q{i}"),
+                                 question="What is 17 times 23?", source="test", rollout_index=i, group_size=4,
+                                 adapter_name=ADAPTER, adapter_version=0, max_turns=2, sampling=sampling(40, seed=9))
+                for i in range(4)]
+    events: list[R.Event] = []
+    result = run_group(requests, ctx, events.append)
+    actions = [e for e in events if isinstance(e, R.PlannerAction)]
+    assert all(r.status == R.RolloutStatus.ANSWERED for r in result.results), result.results
+    descriptor = ctx.grammar_for(requests[0]).descriptor  # type: ignore[union-attr]
+    replay = GrammarReplay(AutoTokenizer.from_pretrained(str(resolve_base_model("smollm2-135m-instruct"))), 49152)
+    for action in actions:
+        assert action.sampling.constraint == descriptor and action.engine == "vllm/float32"
+        closed = JsonObjectEnd(ctx.response_prefix).end_of(action.action_text) is not None
+        # a closed object parses strictly; one cut by max_new_tokens inside its string is repaired, never failed
+        assert action.parse_status == R.ParseStatus.STRICT if closed else action.parse_status == R.ParseStatus.REPAIRED
+        bits = replay(descriptor, action.action_token_ids, action.envelope.turn)
+        masked = server.recompute.logprobs(list(action.prompt_token_ids), list(action.action_token_ids), TEMPERATURE,
+                                           grammar_bits=bits)
+        assert max(abs(a - b) for a, b in zip(action.behaviour_logprobs, masked, strict=True)) < FP32_TOLERANCE
