@@ -46,8 +46,10 @@ def worker_home() -> Iterator[Path]:
 
 
 def _snoop(home: Path, jail: str) -> dict[str, object]:
-    env = {**os.environ, "HOME": str(home), "OPENAI_API_KEY": "sk-streamgrpo-test-openai",
-           "STREAMGRPO_JUDGE__LLM__API_KEY": "sk-streamgrpo-test-judge"}
+    # the worker's environment is this one alone: the snooped copy must fit the tool's output bound whatever other
+    # tests left in pytest's own environment (a longer one was cut and no longer parsed as JSON)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": str(home),
+           "OPENAI_API_KEY": "sk-streamgrpo-test-openai", "STREAMGRPO_JUDGE__LLM__API_KEY": "sk-streamgrpo-test-judge"}
     proc = subprocess.run([sys.executable, "-c", WORKER, str(HOSTILE), jail], capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -45,7 +45,7 @@ _KEY_CALLS = {"get", "pop", "setdefault"}
 ALLOWED = {
     ("analysis/plots.py", 'set_ylabel("rollouts")'): "an axis label: the word, not the topic",
     ("analysis/plots.py", 'label="rollouts")'): "a legend label: the word, not the topic",
-    ("cli/adapters.py", 'LIVE_FIELDS = ("groups",'): "AdapterState field names",
+    ("lifecycle/view.py", 'LIVE_FIELDS = ("groups",'): "AdapterState field names",
     ("lifecycle/stats.py", 'COUNTS = ("rewards",'): "VersionStats counter names",
     ("lifecycle/stats.py", '"actions", "parse_failures", "rollouts",'): "VersionStats counter names",
     ("tasks/cli.py", "'passages' if corpus else 'tasks'"): "the word in a message: wrote N passages/tasks",
