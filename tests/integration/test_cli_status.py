@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import socket
 import re
+import socket
 import time
 import uuid
 from datetime import timedelta
