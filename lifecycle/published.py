@@ -82,7 +82,12 @@ def samples_trained(event: Published) -> int:
     less those it did not train (:func:`drops`, every reason: stale, duplicate, ...). Read by the registry fold
     (``adapters list``), the run's progress line, report and ``status``; the archive's SQL view counts the same
     rows (``sample_lineage`` rows without a ``drop_reason``)."""
-    return max(0, lineage_records(event.lineage) - sum(drops(event).values()))
+    return trained(lineage_records(event.lineage), drops(event))
+
+
+def trained(records: int, dropped: Mapping[str, int]) -> int:
+    """Of ``records`` in a lineage, those trained: less every drop (:func:`samples_trained`'s rule)."""
+    return max(0, records - sum(dropped.values()))
 
 
 def max_staleness(event: Published) -> int | None:

@@ -116,7 +116,7 @@ class Announcement:
     @property
     def trained(self) -> int:
         """TrainingSamples trained since the parent (:func:`streamgrpo.lifecycle.published.samples_trained`)."""
-        return max(0, self.samples - sum(self.dropped.values()))
+        return published.trained(self.samples, self.dropped)
 
 
 @dataclass(frozen=True)
