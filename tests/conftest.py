@@ -9,7 +9,10 @@ prefix with every catalog topic created under it.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,3 +61,18 @@ def model_cache() -> Path:
     path = load(LoopSettings, "loop").model_cache
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture
+def run_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process whose command line is a `streamgrpo ... run` (as `streamgrpo run`'s is): what run discovery
+    (`streamgrpo.runs`) takes for a live run's owner."""
+    from streamgrpo import runs
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "streamgrpo", "run"])
+    deadline = time.monotonic() + 10
+    while not runs.RunRecord("x", "", "", "", proc.pid, 0.0).live() and time.monotonic() < deadline:
+        time.sleep(0.05)  # /proc/<pid>/cmdline shows the new command line a moment after exec
+    yield proc
+    proc.kill()
+    proc.wait()

@@ -12,9 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +41,6 @@ def _published(version: int, uri: str = "/nowhere", sha256: str = "0" * 64) -> R
                                parent_version=version - 1 if version > 1 else None)
 
 
-@pytest.fixture
-def run_process() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "streamgrpo", "run"])
-    deadline = time.monotonic() + 10
-    while not runs.RunRecord("x", "", "", "", proc.pid, 0.0).live() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def _env(home: Path) -> dict[str, str]:

@@ -22,7 +22,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,15 +114,6 @@ def _adapter_v1(store_root: Path) -> R.AdapterPublished:
     return announcement(1, path, adapter(path))
 
 
-@pytest.fixture
-def run_process() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "streamgrpo", "run"])
-    deadline = time.monotonic() + 10
-    while not runs.RunRecord("x", "", "", "", proc.pid, 0.0).live() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def _register(home: Path, run_id: str, kafka: KafkaSettings, pid: int, started: float, model: Path) -> Path:

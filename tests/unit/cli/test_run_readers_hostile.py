@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,16 +132,6 @@ def test_a_reader_that_does_not_skip_gets_an_error_naming_the_file(tmp_path: Pat
 
 
 # -- finding 13: a run record whose started_at is text ----------------------------------------------------------
-@pytest.fixture
-def run_process() -> Iterator[subprocess.Popen[bytes]]:
-    """A live process whose command line is a `streamgrpo ... run` (as `streamgrpo run`'s is)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "streamgrpo", "run"])
-    deadline = time.monotonic() + 10
-    while not runs.RunRecord("x", "", "", "", proc.pid, 0.0).live() and time.monotonic() < deadline:
-        time.sleep(0.05)  # /proc/<pid>/cmdline shows the new command line a moment after exec
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 @pytest.mark.parametrize("field,value", [("started_at", "yesterday"), ("pid", "1"), ("finished_at", "later"),

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -82,15 +80,6 @@ def test_text_arguments_are_bounded_and_the_body_limit_leaves_room_for_the_bound
     assert max_body_bytes(ServeLimits(max_question_bytes=1_000_000)) > 6 * 1_000_000
 
 
-@pytest.fixture
-def run_process() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "streamgrpo", "run"])
-    deadline = time.monotonic() + 10
-    while not runs.RunRecord("x", "", "", "", proc.pid, 0.0).live() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def _run(home: Path, run_id: str, pid: int, *, bootstrap: str = "127.0.0.1:1", finished: bool = False,
