@@ -11,28 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
-from support.streams import WorkerProcess, synthetic_group
+from support.streams import WorkerProcess, synthetic_group, wait_for_records
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.streams.advantages import build_estimator
-from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
-from streamgrpo.topics.received import Received
 
 pytestmark = pytest.mark.broker
 
-
-def wait_for(kafka: KafkaSettings, topic: str, n: int, timeout_s: float = 90.0) -> list[Received]:
-    deadline = time.monotonic() + timeout_s
-    got: list[Received] = []
-    while time.monotonic() < deadline:
-        got = read_topic(kafka, topic, timeout_s=10)
-        if len(got) >= n:
-            return got
-        time.sleep(0.5)
-    return got
 
 
 @pytest.mark.parametrize("estimator,policy", [("grpo", "score"), ("dr_grpo", "drop"), ("rloo", "score")])
@@ -52,9 +40,9 @@ def test_window_emits_formula_advantages(kafka_ns: KafkaSettings, tmp_path: Path
             prod.send(complete.rewards[0])  # a redelivered reward
             prod.send_raw(f"{kafka_ns.topic_prefix}rewards", b"not avro", b"k")
         n_samples = 4 + 3 + (3 if policy == "score" else 0)
-        closed = {r.event.envelope.group_id: r.event for r in wait_for(kafka_ns, "groups", 4)}
-        samples = wait_for(kafka_ns, "training-samples", n_samples)
-        dead = wait_for(kafka_ns, "dead-letters", 1)
+        closed = {r.event.envelope.group_id: r.event for r in wait_for_records(kafka_ns, "groups", 4)}
+        samples = wait_for_records(kafka_ns, "training-samples", n_samples)
+        dead = wait_for_records(kafka_ns, "dead-letters", 1)
     finally:
         worker.stop()
     assert len(closed) == 4, worker.log_text()[-3000:]
@@ -114,8 +102,8 @@ def test_a_review_hold_lets_a_human_label_change_the_advantages(kafka_ns: KafkaS
                     prod.send(event)
         time.sleep(2)  # every judge reward is in: without the hold both groups would have closed by now
         [sent] = label_rollouts(kafka_ns, [Label(labelled.rollout_ids[1], 1.0)], by="ada")
-        samples = wait_for(kafka_ns, "training-samples", 8)
-        closed = {r.event.envelope.group_id: r.event for r in wait_for(kafka_ns, "groups", 2)}
+        samples = wait_for_records(kafka_ns, "training-samples", 8)
+        closed = {r.event.envelope.group_id: r.event for r in wait_for_records(kafka_ns, "groups", 2)}
     finally:
         worker.stop()
     assert sent.judge.name == "human:ada"

@@ -7,31 +7,18 @@ gives feedback on closes on the judge's reward once the hold is over."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import pytest
-from support.streams import SyntheticGroup, WorkerProcess, synthetic_group
+from support.streams import SyntheticGroup, WorkerProcess, synthetic_group, wait_for_records
 
 from streamgrpo.config import KafkaSettings
-from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
-from streamgrpo.topics.received import Received
 from streamgrpo.topics.sdk import human_reward
 
 pytestmark = pytest.mark.broker
 HOLD_S = 6.0
 
-
-def _wait_for(kafka: KafkaSettings, topic: str, n: int, timeout_s: float = 120.0) -> list[Received]:
-    deadline = time.monotonic() + timeout_s
-    got: list[Received] = []
-    while time.monotonic() < deadline:
-        got = read_topic(kafka, topic, timeout_s=10)
-        if len(got) >= n:
-            return got
-        time.sleep(0.5)
-    return got
 
 
 def _served(task: str, client: str) -> SyntheticGroup:
@@ -54,8 +41,8 @@ def test_only_served_groups_are_held_for_review_and_feedback_replaces_the_judges
                     prod.send(event)
             # the client's feedback comes after the judge's reward (the same partition: the window reads it after)
             prod.send(human_reward(reviewed.completions[0], 1.0, "mcp:alice"))
-        closed = {r.event.envelope.group_id: r.event for r in _wait_for(kafka_ns, "groups", 3)}
-        samples = _wait_for(kafka_ns, "training-samples", 4)
+        closed = {r.event.envelope.group_id: r.event for r in wait_for_records(kafka_ns, "groups", 3, 120.0)}
+        samples = wait_for_records(kafka_ns, "training-samples", 4, 120.0)
         alive = worker.alive()
     finally:
         worker.stop()

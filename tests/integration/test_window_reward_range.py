@@ -6,34 +6,21 @@ worker keeps running and the group closes on the judge's rewards."""
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import pytest
-from support.streams import WorkerProcess, synthetic_group
+from support.streams import WorkerProcess, synthetic_group, wait_for_records
 
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
 from streamgrpo.streams.advantages import build_estimator
-from streamgrpo.topics.follow import read_topic
 from streamgrpo.topics.producer import EventProducer
-from streamgrpo.topics.received import Received
 
 pytestmark = pytest.mark.broker
 
 BAD = [(1, math.nan), (2, math.inf), (3, -5.0), (1, 1e308), (2, -1e308)]
 
-
-def _wait_for(kafka: KafkaSettings, topic: str, n: int, timeout_s: float = 90.0) -> list[Received]:
-    deadline = time.monotonic() + timeout_s
-    got: list[Received] = []
-    while time.monotonic() < deadline:
-        got = read_topic(kafka, topic, timeout_s=10)
-        if len(got) >= n:
-            return got
-        time.sleep(0.5)
-    return got
 
 
 def _human(done: R.RolloutCompleted, score: float, n: int) -> R.Reward:
@@ -57,9 +44,9 @@ def test_bad_human_scores_under_a_review_hold_are_dead_lettered_and_the_group_cl
                 prod.send(event)
             for n, (i, score) in enumerate(BAD):
                 prod.send(_human(group.completions[i], score, n))
-        closed = _wait_for(kafka_ns, "groups", 1)
-        samples = _wait_for(kafka_ns, "training-samples", 4)
-        dead = _wait_for(kafka_ns, "dead-letters", len(BAD))
+        closed = wait_for_records(kafka_ns, "groups", 1)
+        samples = wait_for_records(kafka_ns, "training-samples", 4)
+        dead = wait_for_records(kafka_ns, "dead-letters", len(BAD))
         alive = worker.alive()
     finally:
         worker.stop()

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 from streamgrpo.avro import ids
 from streamgrpo.avro import records as R
 from streamgrpo.config import KafkaSettings
+from streamgrpo.topics.received import Received
 
 
 @dataclass
@@ -111,3 +113,18 @@ class WorkerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def wait_for_records(kafka: KafkaSettings, topic: str, n: int, timeout_s: float = 90.0) -> list[Received]:
+    """``topic``'s records once there are at least ``n`` (or what there is after ``timeout_s``: the caller's
+    assertions say what is missing)."""
+    from streamgrpo.topics.follow import read_topic
+
+    deadline = time.monotonic() + timeout_s
+    got: list[Received] = []
+    while time.monotonic() < deadline:
+        got = read_topic(kafka, topic, timeout_s=10)
+        if len(got) >= n:
+            return got
+        time.sleep(0.5)
+    return got
